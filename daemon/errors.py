@@ -1,0 +1,37 @@
+"""Domain errors. The CLI turns each into one line and exit code 2 (bad input) or 1."""
+
+
+class RngdctlError(Exception):
+    """Base of every error a user should see as one line."""
+
+    exit_code = 1
+
+
+class BadInput(RngdctlError):
+    """The user asked for something invalid."""
+
+    exit_code = 2
+
+
+class NoSuchRun(BadInput):
+    """No run has that id or name."""
+
+
+class StoreVersionError(RngdctlError):
+    """The database was written by a newer rngdctl than this one."""
+
+
+class ConfigError(BadInput):
+    """config.toml cannot be read or holds a bad value."""
+
+
+class DaemonAlreadyRunning(RngdctlError):
+    """Another daemon holds this home's lock."""
+
+
+class LaunchError(RngdctlError):
+    """A launcher could not start a run."""
+
+
+class ModelFitError(RngdctlError):
+    """The step-time model cannot be fitted from the given baseline."""

@@ -1,0 +1,115 @@
+"""Gates: may the head of the queue start now?
+
+Every gate is read in the same tick and evaluated here, without I/O, from
+readings the probes and the launcher took. A gate's verdict is ``pass``,
+``fail`` or ``n/a`` (not applicable to this launcher; it does not block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from daemon.probes import HostReading
+
+PASS, FAIL, NA = "pass", "fail", "n/a"
+
+#: Gate names, in the order they are shown.
+HOST_LOAD, DEVICE_IDLE, CARDS_FREE, IMAGE_PRESENT, ONE_AT_A_TIME = (
+    "host_load", "device_idle", "cards_free", "image_present", "one_at_a_time")
+GATE_NAMES = (HOST_LOAD, DEVICE_IDLE, CARDS_FREE, IMAGE_PRESENT, ONE_AT_A_TIME)
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    reading: object
+    threshold: object
+    verdict: str
+    detail: str = ""
+
+    @property
+    def blocks(self) -> bool:
+        return self.verdict == FAIL
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ClusterReading:
+    """What the launcher knows about cards and the image (None: not applicable)."""
+
+    cards_free: int | None = None
+    cards_detail: str = ""
+    image_present: bool | None = None
+    image_detail: str = ""
+
+
+def _host_load(host: HostReading, load_max: float) -> Gate:
+    load1 = round(host.load[0], 2)
+    ok = load1 < load_max
+    return Gate(HOST_LOAD, load1, f"< {load_max:g}", PASS if ok else FAIL,
+                f"load {load1:g} / {host.load[1]:.2f} / {host.load[2]:.2f}")
+
+
+def _device_idle(host: HostReading, own_pids: set[int]) -> Gate:
+    others = [h for h in host.holders if h.pid not in own_pids]
+    if others:
+        first = others[0]
+        detail = (f"pid {first.pid} {first.cmdline[:60]} ({first.user}) holds "
+                  f"{', '.join(first.files[:3])}")
+        if len(others) > 1:
+            detail += f" and {len(others) - 1} more"
+    else:
+        detail = "no process holds a device file"
+    if not host.complete:
+        detail += f"; {host.visibility_note}"
+    return Gate(DEVICE_IDLE, len(others), "0 holders", FAIL if others else PASS, detail)
+
+
+def _cards_free(cluster: ClusterReading, cards: int) -> Gate:
+    if cluster.cards_free is None:
+        return Gate(CARDS_FREE, None, f">= {cards}", NA,
+                    cluster.cards_detail or "local launcher: no Kubernetes cards to count")
+    ok = cluster.cards_free >= cards
+    return Gate(CARDS_FREE, cluster.cards_free, f">= {cards}", PASS if ok else FAIL,
+                cluster.cards_detail)
+
+
+def _image_present(cluster: ClusterReading) -> Gate:
+    if cluster.image_present is None:
+        return Gate(IMAGE_PRESENT, None, "present", NA,
+                    cluster.image_detail or "local launcher: runs the installed trainer")
+    return Gate(IMAGE_PRESENT, cluster.image_present, "present",
+                PASS if cluster.image_present else FAIL, cluster.image_detail)
+
+
+def _one_at_a_time(active: list[dict]) -> Gate:
+    if active:
+        return Gate(ONE_AT_A_TIME, len(active), "0 active", FAIL,
+                    f"run {active[0]['id']} is {active[0]['status']}")
+    return Gate(ONE_AT_A_TIME, 0, "0 active", PASS, "no run active")
+
+
+def evaluate(*, host: HostReading, cluster: ClusterReading, cards: int, active: list[dict],
+             load_max: float, own_pids: set[int] = frozenset()) -> list[Gate]:
+    """Every gate for a run that needs ``cards`` cards, in GATE_NAMES order."""
+    return [
+        _host_load(host, load_max),
+        _device_idle(host, set(own_pids)),
+        _cards_free(cluster, cards),
+        _image_present(cluster),
+        _one_at_a_time(active),
+    ]
+
+
+def all_pass(gates: list[Gate]) -> bool:
+    return not any(g.blocks for g in gates)
+
+
+def blocking_summary(gates: list[Gate]) -> str:
+    """One line naming what blocks, for events and the TUI."""
+    blocking = [g for g in gates if g.blocks]
+    if not blocking:
+        return "all gates pass"
+    return "; ".join(f"{g.name}: {g.detail}" for g in blocking)

@@ -1,0 +1,187 @@
+"""The home folder: where a user's rngdctl state lives, and its config.toml.
+
+``--home DIR``, else ``RNGDCTL_HOME``, else the platform's user data folder.
+It holds ``rngdctl.db``, ``config.toml``, ``daemon.lock`` and ``runs/<id>/``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from daemon.errors import ConfigError
+
+DB_NAME = "rngdctl.db"
+CONFIG_NAME = "config.toml"
+LOCK_NAME = "daemon.lock"
+
+
+def default_home() -> Path:
+    env = os.environ.get("RNGDCTL_HOME")
+    if env:
+        return Path(env)
+    import platformdirs  # a dependency of textual; only needed here
+
+    return Path(platformdirs.user_data_dir("rngdctl", appauthor=False))
+
+
+# === config.toml =============================================================
+
+
+@dataclass
+class GateConfig:
+    load_max: float = 150.0  # the 1-minute load average must be below this
+    consecutive: int = 1  # gates must pass on this many ticks in a row before a launch
+    device_globs: list[str] = field(default_factory=lambda: ["/dev/rngd*", "/dev/rngd/*"])
+
+
+@dataclass
+class DaemonConfig:
+    launcher: str = "local"  # local | k8s
+    tick: float = 5.0  # seconds between ticks
+    cancel_grace: float = 10.0  # seconds between SIGTERM and SIGKILL
+    sample_every: float = 5.0  # seconds between host-load samples during a run
+
+
+@dataclass
+class K8sConfig:
+    context: str | None = None
+    namespace: str = "default"
+    node: str | None = None
+    image: str = "furiosa-llm:latest"
+    pull_policy: str = "IfNotPresent"
+    service_account: str | None = None
+    ttl_seconds: int = 3600
+    default_deadline: int = 7200
+    cpu: str | None = None
+    memory: str | None = None
+    max_attempts: int = 3
+    precompile: bool = False
+    requeue_on_eviction: bool = True
+    env: dict = field(default_factory=dict)
+    volumes: list = field(default_factory=list)
+
+
+@dataclass
+class Config:
+    gates: GateConfig = field(default_factory=GateConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    k8s: K8sConfig = field(default_factory=K8sConfig)
+
+
+_SECTIONS = {"gates": GateConfig, "daemon": DaemonConfig, "k8s": K8sConfig}
+
+
+def _check_type(section: str, name: str, value, default):
+    expected = type(default) if default is not None else None
+    if expected is None or value is None:
+        return value
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
+        raise ConfigError(
+            f"config.toml: [{section}] {name} must be {expected.__name__}, got {value!r}"
+        )
+    return value
+
+
+def parse_config(text: str) -> Config:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config.toml: {exc}") from None
+    config = Config()
+    for section, values in raw.items():
+        if section not in _SECTIONS:
+            raise ConfigError(f"config.toml: unknown section [{section}]")
+        if not isinstance(values, dict):
+            raise ConfigError(f"config.toml: [{section}] must be a table")
+        target = getattr(config, section)
+        known = {f.name for f in fields(target)}
+        for name, value in values.items():
+            if name not in known:
+                raise ConfigError(f"config.toml: unknown key {name!r} in [{section}]")
+            setattr(target, name, _check_type(section, name, value, getattr(target, name)))
+    if config.daemon.launcher not in ("local", "k8s"):
+        raise ConfigError(f"config.toml: [daemon] launcher must be local or k8s, "
+                          f"got {config.daemon.launcher!r}")
+    return config
+
+
+DEFAULT_CONFIG_TEXT = """\
+# rngdctl configuration. Every key is optional; these are the defaults.
+
+[gates]
+load_max = 150.0        # the 1-minute load average must be below this
+consecutive = 1         # gates must pass on this many ticks in a row (k8s: use 2)
+
+[daemon]
+launcher = "local"      # local | k8s
+tick = 5.0              # seconds between ticks
+cancel_grace = 10.0     # seconds between SIGTERM and SIGKILL on cancel
+
+[k8s]
+namespace = "default"
+image = "furiosa-llm:latest"
+pull_policy = "IfNotPresent"
+ttl_seconds = 3600
+default_deadline = 7200
+max_attempts = 3
+"""
+
+
+# === the home folder =========================================================
+
+
+class Home:
+    """Paths under one home folder, created on first use."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else default_home()
+
+    @property
+    def db_path(self) -> Path:
+        return self.path / DB_NAME
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG_NAME
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / LOCK_NAME
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.path / "cache"
+
+    def run_dir(self, run_id: int) -> Path:
+        path = self.path / "runs" / str(run_id)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def ensure(self) -> "Home":
+        try:
+            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not self.config_path.exists():
+                self.config_path.write_text(DEFAULT_CONFIG_TEXT)
+        except OSError as exc:
+            raise ConfigError(f"cannot use home {self.path}: {exc.strerror}") from None
+        return self
+
+    def config(self) -> Config:
+        try:
+            text = self.config_path.read_text()
+        except FileNotFoundError:
+            return Config()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {self.config_path}: {exc.strerror}") from None
+        return parse_config(text)
+
+    def store(self):
+        from daemon.store import Store
+
+        self.ensure()
+        return Store(self.db_path)

@@ -1,0 +1,54 @@
+"""What the scheduler needs from a launcher."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from daemon.gates import ClusterReading
+
+#: An Outcome status besides the store's finished states: put the run back at
+#: the head of the queue (a rescued image pull, a foreign device holder).
+REQUEUE = "requeue"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: a store status (done, failed, oom, timeout, cancelled) or REQUEUE."""
+
+    status: str
+    reason: str | None = None
+    exit_code: int | None = None
+
+
+class Launcher(Protocol):
+    """Constructed as ``Launcher(home=Home, store=Store, config=Config, ingest=Ingest)``."""
+
+    name: str
+
+    def cluster_reading(self, run: dict) -> ClusterReading:
+        """Cards free and image presence for the gates (None fields: not applicable)."""
+
+    def own_pids(self) -> set[int]:
+        """Host pids of our own trainer, which the device-idle gate must not count."""
+
+    def launch(self, run: dict) -> None:
+        """Start the run (status is already ``launching``); set it ``running``.
+
+        Raises LaunchError when it cannot start.
+        """
+
+    def follow(self, run: dict) -> Outcome | None:
+        """Ingest what the run wrote since the last call; its Outcome once it ended."""
+
+    def cancel(self, run: dict) -> None:
+        """Begin stopping the run; ``follow`` reports the ``cancelled`` outcome."""
+
+    def recover(self, run: dict) -> Outcome | None:
+        """At daemon start, for a run the store says is active: adopt it (None) or end it."""
+
+    def startup(self) -> None:
+        """At daemon start, before any tick (report unknown Jobs, etc.)."""
+
+    def close(self) -> None:
+        """The daemon stops; a running trainer is left running, to be adopted later."""

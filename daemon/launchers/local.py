@@ -1,0 +1,245 @@
+"""The local launcher: the trainer as a child process of this host.
+
+The child runs in its own process group with its output going straight to the
+run's log file, so it outlives a daemon that dies; a restarted daemon finds it
+again by pid and process start time and goes on reading the file from the
+offset the store kept.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from daemon.errors import LaunchError
+from daemon.gates import ClusterReading
+from daemon.home import Config, Home
+from daemon.ingest import Ingest
+from daemon.launchers.base import REQUEUE, Outcome
+from daemon.runspec import trainer_argv
+from daemon.store import RUNNING, Store
+from trainer import records
+from trainer.records import LineSplitter
+
+OUTPUT_LOG = "output.log"  # the trainer's stdout and stderr: what ingest follows
+STEP_LOG = "steps.jsonl"  # the trainer's own copy of its records (--log)
+READ_CHUNK = 4 << 20
+TAIL_LINES = 20
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
+    """The last plain (non-record) lines of a log, for a failure's reason."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    plain = [line for line in text.splitlines()
+             if line.strip() and isinstance(records.parse_line(line), records.LogLine)]
+    return "\n".join(plain[-lines:])
+
+
+class LocalLauncher:
+    name = "local"
+
+    def __init__(self, *, home: Home, store: Store, config: Config, ingest: Ingest,
+                 python: str | None = None, clock=time.time):
+        self.home = home
+        self.store = store
+        self.config = config
+        self.ingest = ingest
+        self.python = python or sys.executable
+        self.clock = clock
+        self._children: dict[int, subprocess.Popen] = {}
+        self._processes: dict[int, psutil.Process] = {}
+        self._cancel_sent: dict[int, float] = {}
+        self._killed: set[int] = set()
+        self._timed_out: set[int] = set()
+
+    # --- gates ---------------------------------------------------------------
+
+    def cluster_reading(self, run: dict) -> ClusterReading:
+        return ClusterReading(
+            cards_detail="local launcher: the trainer runs on this host, no Kubernetes cards",
+            image_detail="local launcher: runs the installed trainer, no image",
+        )
+
+    def own_pids(self) -> set[int]:
+        pids: set[int] = set()
+        for process in self._processes.values():
+            try:
+                pids.add(process.pid)
+                pids.update(c.pid for c in process.children(recursive=True))
+            except psutil.Error:
+                continue
+        return pids
+
+    # --- start ---------------------------------------------------------------
+
+    def launch(self, run: dict) -> None:
+        run_dir = self.home.run_dir(run["id"])
+        output = run_dir / OUTPUT_LOG
+        argv = trainer_argv(run, log_path=str(run_dir / STEP_LOG), python=self.python,
+                            cache_dir=str(self.home.cache_dir))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        try:
+            with open(output, "ab") as out:
+                child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env=env, close_fds=True)
+            process = psutil.Process(child.pid)
+            started = process.create_time()
+        except (OSError, psutil.Error) as exc:
+            raise LaunchError(f"cannot start the trainer: {exc}") from None
+        self._children[run["id"]] = child
+        self._processes[run["id"]] = process
+        self.store.update_run(run["id"], status=RUNNING, pid=child.pid, pid_start=started,
+                              log_path=str(output), log_offset=0)
+        self.store.add_event(run["id"], "launch", f"local pid {child.pid}: {' '.join(argv[1:])}")
+
+    # --- follow --------------------------------------------------------------
+
+    def _read_new(self, run: dict) -> None:
+        path = run.get("log_path")
+        if not path:
+            return
+        splitter = LineSplitter(run.get("log_offset") or 0)
+        try:
+            with open(path, "rb") as f:
+                f.seek(splitter.offset)
+                while chunk := f.read(READ_CHUNK):
+                    lines = splitter.feed(chunk)
+                    if lines:
+                        self.ingest.feed(run["id"], lines)
+                    # Store the offset only after the lines are stored: a crash in
+                    # between re-reads them, and ingest ignores what it already has.
+                    self.store.update_run(run["id"], log_offset=splitter.offset)
+        except FileNotFoundError:
+            return
+        run["log_offset"] = splitter.offset
+
+    def _alive(self, run: dict) -> bool:
+        child = self._children.get(run["id"])
+        if child is not None:
+            return child.poll() is None
+        process = self._processes.get(run["id"])
+        if process is None:
+            return False
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def follow(self, run: dict) -> Outcome | None:
+        self._read_new(run)
+        run_id = run["id"]
+        if self._alive(run):
+            self._enforce_deadline(run)
+            self._escalate_cancel(run)
+            return None
+        self._read_new(run)  # whatever it wrote between the read and its exit
+        child = self._children.pop(run_id, None)
+        self._processes.pop(run_id, None)
+        exit_code = child.returncode if child is not None else None
+        return self._outcome(run, exit_code)
+
+    def _end_record(self, run_id: int) -> dict | None:
+        ends = self.store.events(run_id=run_id, kinds=["end"])
+        return (ends[-1].get("data") or {}) if ends else None
+
+    def _outcome(self, run: dict, exit_code: int | None) -> Outcome:
+        run_id = run["id"]
+        end = self._end_record(run_id) or {}
+        status = end.get("status")
+        cancelled = run_id in self._cancel_sent or run.get("cancel_requested")
+        self._cancel_sent.pop(run_id, None)
+        self._killed.discard(run_id)
+        if run_id in self._timed_out:
+            self._timed_out.discard(run_id)
+            return Outcome("timeout", f"deadline of {run['config'].get('deadline')} s passed",
+                           exit_code)
+        if cancelled and (status == "cancelled" or exit_code in (-signal.SIGTERM,
+                                                                -signal.SIGKILL)):
+            return Outcome("cancelled", "cancelled by request", exit_code)
+        if status == "oom" or exit_code == records.EXIT_OOM:
+            return Outcome("oom", end.get("error") or "out of memory", exit_code)
+        if exit_code == -signal.SIGKILL:
+            return Outcome("oom", "killed by SIGKILL (the kernel's OOM killer, most likely)",
+                           exit_code)
+        if exit_code == 0 or (exit_code is None and status == "ok"):
+            return Outcome("done", None, exit_code)
+        if exit_code is None and status is None:
+            reason = "the trainer exited while no daemon watched it, and wrote no end record"
+        else:
+            reason = end.get("error") or f"exit code {exit_code}"
+        tail = log_tail(Path(run["log_path"])) if run.get("log_path") else ""
+        return Outcome("failed", f"{reason}\n{tail}".strip(), exit_code)
+
+    # --- stop ----------------------------------------------------------------
+
+    def _signal(self, run: dict, sig: int) -> None:
+        try:
+            os.killpg(run["pid"], sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def cancel(self, run: dict) -> None:
+        if run["id"] in self._cancel_sent or not run.get("pid"):
+            return
+        self._cancel_sent[run["id"]] = self.clock()
+        self._signal(run, signal.SIGTERM)
+        self.store.add_event(run["id"], "cancel", f"SIGTERM sent to process group {run['pid']}")
+
+    def _escalate_cancel(self, run: dict) -> None:
+        sent = self._cancel_sent.get(run["id"])
+        if sent is not None and self.clock() - sent > self.config.daemon.cancel_grace:
+            if run["id"] not in self._killed:
+                self._killed.add(run["id"])
+                self._signal(run, signal.SIGKILL)
+                self.store.add_event(run["id"], "cancel", "SIGKILL after the grace period")
+
+    def _enforce_deadline(self, run: dict) -> None:
+        deadline = run["config"].get("deadline")
+        if not deadline or run["id"] in self._killed or not run.get("started"):
+            return
+        if self.clock() - run["started"] > deadline:
+            self._killed.add(run["id"])
+            self._timed_out.add(run["id"])
+            self._signal(run, signal.SIGKILL)
+            self.store.add_event(run["id"], "deadline", f"deadline of {deadline} s passed; "
+                                 f"killed")
+
+    # --- daemon restart ------------------------------------------------------
+
+    def recover(self, run: dict) -> Outcome | None:
+        if not run.get("pid"):
+            # The daemon died between claiming the run and starting it.
+            return Outcome(REQUEUE, "the daemon stopped before the trainer started")
+        try:
+            process = psutil.Process(run["pid"])
+            same = abs(process.create_time() - (run.get("pid_start") or 0)) < 0.01
+        except psutil.Error:
+            same = False
+        if same:
+            self._processes[run["id"]] = process
+            self.store.add_event(run["id"], "adopt", f"daemon restarted; adopted pid {run['pid']}"
+                                 f" at log offset {run.get('log_offset') or 0}")
+            return None
+        self._read_new(run)
+        return self._outcome(run, None)
+
+    def startup(self) -> None:
+        return None
+
+    def close(self) -> None:
+        # Running trainers are left alone: the next daemon adopts them.
+        self._children.clear()
+        self._processes.clear()

@@ -1,0 +1,130 @@
+"""What a run asks for: validation of submitted options into a run config.
+
+The CLI's ``submit`` and the TUI's submit form both call ``validate``; the
+launchers turn the config into the trainer's argv with ``trainer_argv``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from daemon.errors import BadInput
+
+#: Named model configs the trainer builds without a download.
+KNOWN_MODELS = ("tiny-llama", "tiny-qwen2", "llama3-8b-mini")
+
+DEFAULTS = {
+    "steps": 200,
+    "baseline": False,
+    "baseline_steps": None,
+    "model": "tiny-llama",
+    "data": "synthetic",
+    "seq_len": 512,
+    "accum": 4,
+    "lr": 1e-5,
+    "seed": 0,
+    "backend": "cpu",
+    "lora": None,
+    "image": None,
+    "deadline": None,
+    "precompile": False,
+}
+
+_BACKEND = re.compile(r"^(cpu|cuda(:\d+)?|furiosa:(auto|\d+))$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def _at_least(options: dict, key: str, low: int | float) -> None:
+    value = options[key]
+    if value is None or value < low:
+        raise BadInput(f"--{key.replace('_', '-')} must be >= {low:g}, got {value}")
+
+
+def _check_model(model: str) -> str:
+    if model in KNOWN_MODELS:
+        return model
+    path = Path(model).expanduser()
+    if path.is_dir() and (path / "config.json").exists():
+        return str(path.resolve())
+    raise BadInput(f"--model {model!r} is neither a known model ({', '.join(KNOWN_MODELS)}) "
+                   f"nor a folder with a config.json")
+
+
+def _check_data(data: str) -> str:
+    if data == "synthetic":
+        return data
+    kind, sep, rest = data.partition(":")
+    if sep and kind in ("nsmc", "jsonl"):
+        path = Path(rest).expanduser()
+    elif data.endswith(".jsonl"):
+        kind, path = "jsonl", Path(data).expanduser()
+    else:
+        raise BadInput(f"--data {data!r}: use synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file")
+    if not path.is_file():
+        raise BadInput(f"--data {data!r}: no file at {path}")
+    return f"{kind}:{path.resolve()}"
+
+
+def validate(options: dict) -> dict:
+    """A complete run config from submitted options; raises BadInput on the first bad value."""
+    config = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
+    for key in ("cards", "resident"):
+        if config.get(key) is None:
+            raise BadInput(f"--{key} is required")
+    _at_least(config, "cards", 1)
+    _at_least(config, "resident", 0)
+    _at_least(config, "steps", 1)
+    _at_least(config, "seq_len", 8)
+    _at_least(config, "accum", 1)
+    _at_least(config, "seed", 0)
+    if not (config["lr"] > 0 and config["lr"] < 1):
+        raise BadInput(f"--lr must be in (0, 1), got {config['lr']}")
+    if config["baseline_steps"] is not None:
+        _at_least(config, "baseline_steps", 1)
+    if config["lora"] is not None:
+        _at_least(config, "lora", 1)
+    if config["deadline"] is not None:
+        _at_least(config, "deadline", 1)
+    if not _BACKEND.match(config["backend"]):
+        raise BadInput(f"--backend {config['backend']!r}: use cpu, cuda[:N], furiosa:auto "
+                       f"or furiosa:N")
+    if config.get("name") is not None and not _NAME.match(config["name"]):
+        raise BadInput(f"--name {config['name']!r}: use letters, digits, '.', '_' or '-' "
+                       f"(at most 63, starting with a letter or digit)")
+    config["model"] = _check_model(config["model"])
+    config["data"] = _check_data(config["data"])
+    return config
+
+
+def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
+                 cache_dir: str | None = None, command: str = "train") -> list[str]:
+    """The trainer's command line for a run, as a list (never a shell string)."""
+    c = run["config"]
+    backends = ",".join([c["backend"]] * int(c["cards"]))
+    argv = [python or "python", "-m", "trainer", command]
+    if command != "train":
+        return argv + ["--model", c["model"], "--backend", backends, "--seq-len",
+                       str(c["seq_len"])]
+    argv += [
+        "--run-id", str(run["id"]),
+        "--model", c["model"],
+        *(["--lora", str(c["lora"])] if c.get("lora") else ["--full"]),
+        "--resident-layers", str(c["resident"]),
+        "--backend", backends,
+        "--steps", str(c["steps"]),
+        "--seq-len", str(c["seq_len"]),
+        "--accum", str(c["accum"]),
+        "--lr", repr(float(c["lr"])),
+        "--data", c["data"],
+        "--seed", str(c["seed"]),
+    ]
+    if c.get("baseline"):
+        argv.append("--baseline")
+        if c.get("baseline_steps"):
+            argv += ["--baseline-steps", str(c["baseline_steps"])]
+    if log_path:
+        argv += ["--log", str(log_path)]
+    if cache_dir:
+        argv += ["--cache-dir", str(cache_dir)]
+    return argv

@@ -1,0 +1,211 @@
+"""The daemon loop: probes, gates, launch, follow, ingest, one run at a time.
+
+``Daemon.tick(now)`` is one iteration and is what tests drive; ``run()`` only
+loops over it until a signal sets the stop flag. A failing tick is logged and
+stored as an event; it never ends the loop.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from daemon import gates as gates_mod
+from daemon.errors import DaemonAlreadyRunning, LaunchError
+from daemon.home import Config, Home
+from daemon.launchers.base import REQUEUE, Launcher, Outcome
+from daemon.probes import HostReading, read_host
+from daemon.store import FINISHED, Store
+
+log = logging.getLogger("rngdctl.daemon")
+
+
+class DaemonLock:
+    """One daemon per home: an exclusive flock on ``daemon.lock``, holding our pid."""
+
+    def __init__(self, home: Home):
+        self.path = home.lock_path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DaemonAlreadyRunning(
+                f"another daemon (pid {other}) is already running on {self.path.parent}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class TickResult:
+    """What one tick did, for tests and the log."""
+
+    launched: int | None = None
+    finished: tuple[int, str] | None = None
+    gates_passed: bool | None = None
+    idle: bool = False
+
+
+class Daemon:
+    def __init__(self, home: Home, store: Store, config: Config, launcher: Launcher, *,
+                 exit_when_idle: bool = False, probe=None, clock=time.time):
+        self.home = home
+        self.store = store
+        self.config = config
+        self.launcher = launcher
+        self.exit_when_idle = exit_when_idle
+        self.probe = probe or (lambda: read_host(tuple(config.gates.device_globs)))
+        self.clock = clock
+        self.stop_reason: str | None = None
+        self._stop = threading.Event()
+        self._lock = DaemonLock(home)
+        self._passes_in_row = 0
+        self._head_id: int | None = None
+        self._cancelling: set[int] = set()
+
+    # === lifecycle ===========================================================
+
+    def start(self) -> None:
+        """Take the lock, announce ourselves, adopt what a previous daemon left running."""
+        self._lock.acquire()
+        self.store.daemon_started(pid=os.getpid(), launcher=self.launcher.name,
+                                  home=str(self.home.path), now=self.clock())
+        self.store.add_event(None, "daemon", f"daemon started (pid {os.getpid()}, launcher "
+                             f"{self.launcher.name})", now=self.clock())
+        self.launcher.startup()
+        for run in self.store.active_runs():
+            outcome = self.launcher.recover(run)
+            if outcome is not None:
+                self._record(run, outcome)
+
+    def stop(self, reason: str) -> None:
+        """Ask the loop to stop after the current tick (safe from a signal handler)."""
+        self.stop_reason = self.stop_reason or reason
+        self._stop.set()
+
+    def close(self) -> None:
+        reason = self.stop_reason or "stopped"
+        try:
+            self.launcher.close()
+            self.store.daemon_stopped(reason, now=self.clock())
+            self.store.add_event(None, "daemon", f"daemon stopped: {reason}", now=self.clock())
+        finally:
+            self._lock.release()
+        log.info("daemon stopped: %s", reason)
+
+    def run(self) -> None:
+        self.start()
+        try:
+            while not self._stop.is_set():
+                try:
+                    result = self.tick()
+                except Exception as exc:  # one bad tick must not end the daemon
+                    log.exception("tick failed")
+                    self.store.add_event(None, "error", f"tick failed: {exc!r}")
+                    result = TickResult()
+                if result.idle and self.exit_when_idle:
+                    self.stop("idle: the queue is empty and nothing runs")
+                    break
+                self._stop.wait(self.config.daemon.tick)
+        finally:
+            self.close()
+
+    # === one tick ============================================================
+
+    def tick(self, now: float | None = None) -> TickResult:
+        now = self.clock() if now is None else now
+        result = TickResult()
+        self.store.daemon_heartbeat(now=now)
+
+        # 1. Sample the host, whether or not a run is active.
+        host = self.probe()
+        active = self.store.active_runs()
+        self.store.add_sample(load=host.load, holders=[h.as_dict() for h in host.holders],
+                              run_id=active[0]["id"] if active else None, now=now)
+
+        # 2. Follow what runs; it may finish now.
+        for run in active:
+            outcome = self._follow(run)
+            if outcome is not None:
+                self._record(run, outcome, now=now)
+                result.finished = (run["id"], outcome.status)
+        active = self.store.active_runs()
+        if active:
+            return result
+
+        # 3. Nothing runs: gate the head of the queue.
+        head = self.store.head_of_queue()
+        if head is None:
+            self._passes_in_row = 0
+            result.idle = True
+            return result
+        result.gates_passed = self._gate(head, host, now)
+        if not result.gates_passed:
+            return result
+
+        # 4. Launch it.
+        if self.store.claim_for_launch(head["id"], launcher=self.launcher.name, now=now):
+            self._passes_in_row = 0
+            run = self.store.run(head["id"])
+            try:
+                self.launcher.launch(run)
+                result.launched = run["id"]
+            except LaunchError as exc:
+                self.store.add_event(run["id"], "launch_failed", str(exc), now=now)
+                self._record(run, Outcome("failed", str(exc)), now=now)
+        return result
+
+    def _follow(self, run: dict) -> Outcome | None:
+        if run.get("cancel_requested") and run["id"] not in self._cancelling:
+            self._cancelling.add(run["id"])
+            self.launcher.cancel(run)
+        return self.launcher.follow(run)
+
+    def _gate(self, head: dict, host: HostReading, now: float) -> bool:
+        if head["id"] != self._head_id:
+            self._head_id, self._passes_in_row = head["id"], 0
+        cluster = self.launcher.cluster_reading(head)
+        gates = gates_mod.evaluate(host=host, cluster=cluster, cards=int(head["config"]["cards"]),
+                                   active=self.store.active_runs(),
+                                   load_max=self.config.gates.load_max,
+                                   own_pids=self.launcher.own_pids())
+        passed = gates_mod.all_pass(gates)
+        self._passes_in_row = self._passes_in_row + 1 if passed else 0
+        self.store.add_gate_check(head["id"], [g.as_dict() for g in gates], passed, now=now)
+        return passed and self._passes_in_row >= max(1, self.config.gates.consecutive)
+
+    def _record(self, run: dict, outcome: Outcome, now: float | None = None) -> None:
+        self._cancelling.discard(run["id"])
+        if outcome.status == REQUEUE:
+            self.store.requeue(run["id"])
+            self.store.add_event(run["id"], "requeue", outcome.reason or "requeued", now=now)
+            return
+        assert outcome.status in FINISHED, outcome
+        self.store.finish_run(run["id"], outcome.status, reason=outcome.reason,
+                              exit_code=outcome.exit_code, now=now)
+        first_line = (outcome.reason or "").splitlines()[0] if outcome.reason else ""
+        self.store.add_event(run["id"], "finished",
+                             outcome.status + (f": {first_line}" if first_line else ""), now=now)
+        log.info("run %s %s %s", run["id"], outcome.status, first_line)
+
+
+def install_signal_handlers(daemon: Daemon) -> None:
+    # Handlers only set a flag: the loop notices it between ticks.
+    signal.signal(signal.SIGTERM, lambda *_: daemon.stop("SIGTERM"))
+    signal.signal(signal.SIGINT, lambda *_: daemon.stop("SIGINT"))

@@ -1,0 +1,143 @@
+"""Run statistics computed from stored steps: the numbers a note reports.
+
+Steady state is steps 6-N: the first five steps carry warm-up (allocation,
+compile, cache fills) and are left out of medians, as in the reference record.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+
+WARMUP_STEPS = 5
+
+
+def steady(steps: list[dict], first: int = WARMUP_STEPS + 1) -> list[dict]:
+    """Steps numbered ``first`` and later; all of them when the run is shorter."""
+    tail = [s for s in steps if s["step"] >= first]
+    return tail or list(steps)
+
+
+def median_step_s(steps: list[dict], first: int = WARMUP_STEPS + 1,
+                  last: int | None = None) -> float | None:
+    chosen = [s["step_s"] for s in steady(steps, first)
+              if last is None or s["step"] <= last]
+    return statistics.median(chosen) if chosen else None
+
+
+def tokens_per_s(steps: list[dict], first: int = WARMUP_STEPS + 1) -> float | None:
+    """Median tokens per step over the median step time of the same steps."""
+    chosen = steady(steps, first)
+    if not chosen:
+        return None
+    median_s = statistics.median(s["step_s"] for s in chosen)
+    median_tokens = statistics.median(s["tokens"] for s in chosen)
+    return median_tokens / median_s if median_s > 0 else None
+
+
+def quartiles(values: list[float]) -> tuple[float, float] | None:
+    if len(values) < 2:
+        return (values[0], values[0]) if values else None
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def loss_ranges(total_steps: int) -> list[tuple[int, int]]:
+    """Step ranges for the loss table: 1-25, 26-50, 51-100, then by 50, fitted to the run."""
+    bounds = [25, 50, 100]
+    while bounds[-1] < total_steps:
+        bounds.append(bounds[-1] + 50)
+    ranges, start = [], 1
+    for end in bounds:
+        if start > total_steps:
+            break
+        ranges.append((start, min(end, total_steps)))
+        start = end + 1
+    return ranges
+
+
+@dataclass(frozen=True)
+class LossRow:
+    first: int
+    last: int
+    steps: int
+    mean_loss: float | None
+    median_step_s: float | None
+
+
+def loss_table(steps: list[dict], total_steps: int | None = None) -> list[LossRow]:
+    total = total_steps or (max(s["step"] for s in steps) if steps else 0)
+    rows = []
+    for first, last in loss_ranges(total):
+        chosen = [s for s in steps if first <= s["step"] <= last]
+        finite = [s["loss"] for s in chosen if s["loss"] is not None and math.isfinite(s["loss"])]
+        rows.append(LossRow(
+            first, last, len(chosen),
+            statistics.fmean(finite) if finite else None,
+            statistics.median(s["step_s"] for s in chosen) if chosen else None,
+        ))
+    return rows
+
+
+@dataclass(frozen=True)
+class Drift:
+    early_median_s: float | None  # steps 6-25
+    median_s: float | None  # steps 6-N
+    slowest_s: float | None
+    slowest_step: int | None
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.early_median_s or not self.median_s:
+            return None
+        return self.median_s / self.early_median_s
+
+
+def drift(steps: list[dict]) -> Drift:
+    if not steps:
+        return Drift(None, None, None, None)
+    slowest = max(steady(steps), key=lambda s: s["step_s"])
+    return Drift(median_step_s(steps, last=25), median_step_s(steps),
+                 slowest["step_s"], slowest["step"])
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    steps_done: int
+    steps_total: int | None
+    median_step_s: float | None
+    iqr_step_s: tuple[float, float] | None
+    tokens_per_s: float | None
+    first_loss: float | None
+    last_loss: float | None
+    nonfinite_losses: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(steps: list[dict], steps_total: int | None = None) -> RunSummary:
+    chosen = steady(steps)
+    return RunSummary(
+        steps_done=len(steps),
+        steps_total=steps_total,
+        median_step_s=median_step_s(steps),
+        iqr_step_s=quartiles([s["step_s"] for s in chosen]),
+        tokens_per_s=tokens_per_s(steps),
+        first_loss=steps[0]["loss"] if steps else None,
+        last_loss=steps[-1]["loss"] if steps else None,
+        nonfinite_losses=sum(1 for s in steps
+                             if s["loss"] is None or not math.isfinite(s["loss"])),
+    )
+
+
+def load_range(samples: list[dict]) -> tuple[float, float] | None:
+    loads = [s["load1"] for s in samples if s.get("load1") is not None]
+    return (min(loads), max(loads)) if loads else None
+
+
+def gate_load_range(checks: list[dict]) -> tuple[float, float] | None:
+    loads = [g["reading"] for c in checks for g in c["gates"]
+             if g["name"] == "host_load" and g["reading"] is not None]
+    return (min(loads), max(loads)) if loads else None

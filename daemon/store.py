@@ -1,0 +1,582 @@
+"""The store: one SQLite file per home, and every query rngdctl makes.
+
+This module owns the schema and all SQL. The daemon is the one writer of run
+state; the CLI writes only new runs and requests (cancel, hold, move); the TUI
+only reads. WAL mode lets them all open the file at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import sqlite_utils
+
+from daemon.errors import NoSuchRun, StoreVersionError
+from trainer import records
+
+SCHEMA_VERSION = 2
+
+#: Run states. A run moves queued -> launching -> running -> one of FINISHED.
+QUEUED, LAUNCHING, RUNNING = "queued", "launching", "running"
+DONE, FAILED, OOM, TIMEOUT, CANCELLED = "done", "failed", "oom", "timeout", "cancelled"
+ACTIVE = (LAUNCHING, RUNNING)
+FINISHED = (DONE, FAILED, OOM, TIMEOUT, CANCELLED)
+STATUSES = (QUEUED, *ACTIVE, *FINISHED)
+
+_JSON_COLUMNS = {"config", "versions", "phases", "memory", "extra", "data", "gates", "holders"}
+
+
+# === Schema ==================================================================
+
+_V1 = [
+    """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)""",
+    """CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        name TEXT,
+        status TEXT NOT NULL,
+        config TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        held INTEGER NOT NULL DEFAULT 0,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        created REAL NOT NULL,
+        started REAL,
+        ended REAL,
+        exit_reason TEXT,
+        exit_code INTEGER,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        launcher TEXT,
+        pid INTEGER,
+        pid_start REAL,
+        log_path TEXT,
+        log_offset INTEGER NOT NULL DEFAULT 0,
+        malformed INTEGER NOT NULL DEFAULT 0,
+        versions TEXT,
+        git TEXT,
+        host TEXT
+    )""",
+    """CREATE TABLE passes (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        config_label TEXT NOT NULL,
+        config TEXT NOT NULL,
+        time REAL,
+        PRIMARY KEY (run_id, config_label)
+    )""",
+    """CREATE TABLE steps (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        config_label TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        loss REAL,
+        loss_flag TEXT,
+        step_s REAL NOT NULL,
+        tokens INTEGER NOT NULL,
+        lr REAL,
+        phases TEXT,
+        memory TEXT,
+        extra TEXT,
+        time REAL,
+        UNIQUE (run_id, config_label, step)
+    )""",
+    """CREATE TABLE samples (
+        id INTEGER PRIMARY KEY,
+        time REAL NOT NULL,
+        run_id INTEGER,
+        load1 REAL, load5 REAL, load15 REAL,
+        holders TEXT,
+        holder_count INTEGER,
+        cards_free INTEGER
+    )""",
+    """CREATE TABLE gate_checks (
+        id INTEGER PRIMARY KEY,
+        time REAL NOT NULL,
+        run_id INTEGER,
+        passed INTEGER NOT NULL,
+        gates TEXT NOT NULL
+    )""",
+    """CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        time REAL NOT NULL,
+        run_id INTEGER,
+        kind TEXT NOT NULL,
+        message TEXT NOT NULL,
+        data TEXT
+    )""",
+    """CREATE INDEX samples_time ON samples(time)""",
+    """CREATE INDEX gate_checks_run ON gate_checks(run_id, time)""",
+    """CREATE INDEX events_run ON events(run_id, time)""",
+]
+
+# Version 2: what the Kubernetes launcher needs to follow and adopt a Job, and
+# what the note reports about where a run ran; the daemon's heartbeat row.
+_V2 = [
+    "ALTER TABLE runs ADD COLUMN job_name TEXT",
+    "ALTER TABLE runs ADD COLUMN node TEXT",
+    "ALTER TABLE runs ADD COLUMN image_digest TEXT",
+    "ALTER TABLE runs ADD COLUMN log_since TEXT",
+    """CREATE TABLE daemon (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        pid INTEGER,
+        launcher TEXT,
+        node TEXT,
+        home TEXT,
+        started REAL,
+        heartbeat REAL,
+        stopped REAL,
+        stop_reason TEXT
+    )""",
+]
+
+MIGRATIONS = {1: _V1, 2: _V2}
+
+
+def _prepare_file(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.close(fd)
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    # SQLite turns NaN into NULL silently; store a flag beside it instead.
+    return x if x is None or math.isfinite(x) else None
+
+
+def _loss_flag(x: float) -> str | None:
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return None
+
+
+def _decode(row: dict) -> dict:
+    for key in _JSON_COLUMNS & row.keys():
+        if isinstance(row[key], str):
+            row[key] = json.loads(row[key])
+    if "loss_flag" in row and row.get("loss_flag"):
+        row["loss"] = float(row["loss_flag"])
+    return row
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+class Store:
+    """An open rngdctl.db. Cheap to open; open one per process."""
+
+    def __init__(self, path: str | Path, *, timeout: float = 10.0):
+        self.path = Path(path)
+        _prepare_file(self.path)
+        conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        self._migrate()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- schema version ------------------------------------------------------
+
+    def schema_version(self) -> int:
+        if not self.db["meta"].exists():
+            return 0
+        row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _migrate(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = self.schema_version()
+            if current > SCHEMA_VERSION:
+                raise StoreVersionError(
+                    f"{self.path} has schema version {current}, newer than this rngdctl "
+                    f"understands ({SCHEMA_VERSION}); upgrade rngdctl or use another --home"
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[version]:
+                    self.conn.execute(statement)
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                    (str(version),),
+                )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def _rows(self, sql: str, params: Iterable = ()) -> list[dict]:
+        cursor = self.conn.execute(sql, tuple(params))
+        names = [d[0] for d in cursor.description]
+        return [_decode(dict(zip(names, row))) for row in cursor.fetchall()]
+
+    # === runs ================================================================
+
+    def add_run(self, config: dict, *, name: str | None = None, now: float | None = None) -> int:
+        """Queue a run at the back of the queue; returns its id."""
+        now = time.time() if now is None else now
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            position = self.conn.execute(
+                "SELECT COALESCE(MAX(position), 0) + 1 FROM runs"
+            ).fetchone()[0]
+            cursor = self.conn.execute(
+                "INSERT INTO runs (name, status, config, position, created) VALUES (?, ?, ?, ?, ?)",
+                (name, QUEUED, _json(config), position, now),
+            )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return int(cursor.lastrowid)
+
+    def run(self, ref: int | str) -> dict:
+        """A run by id, or by name (the newest of that name)."""
+        rows: list[dict] = []
+        if isinstance(ref, int) or str(ref).isdigit():
+            rows = self._rows("SELECT * FROM runs WHERE id = ?", [int(ref)])
+        if not rows:
+            rows = self._rows("SELECT * FROM runs WHERE name = ? ORDER BY id DESC LIMIT 1",
+                              [str(ref)])
+        if not rows:
+            raise NoSuchRun(f"no run {ref!r}")
+        return rows[0]
+
+    def runs(self, statuses: Iterable[str] | None = None, *, limit: int | None = None) -> list[dict]:
+        """Runs, newest first."""
+        sql = "SELECT * FROM runs"
+        params: list = []
+        if statuses is not None:
+            statuses = list(statuses)
+            sql += f" WHERE status IN ({','.join('?' * len(statuses))})"
+            params += statuses
+        sql += " ORDER BY id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return self._rows(sql, params)
+
+    def queue(self, *, include_held: bool = True) -> list[dict]:
+        """Queued runs in launch order."""
+        sql = "SELECT * FROM runs WHERE status = ?"
+        if not include_held:
+            sql += " AND held = 0"
+        return self._rows(sql + " ORDER BY position, id", [QUEUED])
+
+    def head_of_queue(self) -> dict | None:
+        rows = self.queue(include_held=False)
+        return rows[0] if rows else None
+
+    def active_runs(self) -> list[dict]:
+        return self.runs(ACTIVE)
+
+    def update_run(self, run_id: int, **fields: Any) -> None:
+        if not fields:
+            return
+        values = [_json(v) if k in _JSON_COLUMNS else v for k, v in fields.items()]
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        self.conn.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*values, run_id))
+
+    def claim_for_launch(self, run_id: int, *, launcher: str, now: float | None = None) -> bool:
+        """queued -> launching, only if still queued and nothing else is active."""
+        now = time.time() if now is None else now
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            busy = self.conn.execute(
+                f"SELECT COUNT(*) FROM runs WHERE status IN ({','.join('?' * len(ACTIVE))})",
+                ACTIVE,
+            ).fetchone()[0]
+            changed = 0
+            if not busy:
+                changed = self.conn.execute(
+                    "UPDATE runs SET status = ?, launcher = ?, started = ?, "
+                    "attempts = attempts + 1 WHERE id = ? AND status = ? AND held = 0",
+                    (LAUNCHING, launcher, now, run_id, QUEUED),
+                ).rowcount
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return bool(changed)
+
+    def finish_run(self, run_id: int, status: str, *, reason: str | None = None,
+                   exit_code: int | None = None, now: float | None = None) -> None:
+        assert status in FINISHED, status
+        self.update_run(run_id, status=status, exit_reason=reason, exit_code=exit_code,
+                        ended=time.time() if now is None else now)
+
+    def requeue(self, run_id: int) -> None:
+        """Back to the head of the queue (after a rescued failure)."""
+        self.update_run(run_id, status=QUEUED, pid=None, pid_start=None, job_name=None)
+
+    def request_cancel(self, run_id: int, *, now: float | None = None) -> str:
+        """Cancel a queued run at once; ask the daemon to stop an active one.
+
+        Returns "cancelled", "requested" or the run's finished status.
+        """
+        now = time.time() if now is None else now
+        changed = self.conn.execute(
+            "UPDATE runs SET status = ?, ended = ?, exit_reason = ? WHERE id = ? AND status = ?",
+            (CANCELLED, now, "cancelled while queued", run_id, QUEUED),
+        ).rowcount
+        if changed:
+            self.add_event(run_id, "cancel", "cancelled while queued", now=now)
+            return "cancelled"
+        run = self.run(run_id)
+        if run["status"] in ACTIVE:
+            self.update_run(run_id, cancel_requested=1)
+            self.add_event(run_id, "cancel", "cancel requested", now=now)
+            return "requested"
+        return run["status"]
+
+    def set_held(self, run_id: int, held: bool) -> None:
+        self.update_run(run_id, held=int(held))
+
+    def move(self, run_id: int, delta: int) -> None:
+        """Move a queued run up (delta < 0) or down the queue by swapping positions."""
+        queue = self.queue()
+        ids = [r["id"] for r in queue]
+        if run_id not in ids:
+            return
+        i = ids.index(run_id)
+        j = max(0, min(len(ids) - 1, i + delta))
+        if i == j:
+            return
+        ids.insert(j, ids.pop(i))
+        positions = sorted(r["position"] for r in queue)
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for rid, pos in zip(ids, positions):
+                self.conn.execute("UPDATE runs SET position = ? WHERE id = ?", (pos, rid))
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    # === passes ==============================================================
+
+    def add_pass(self, run_id: int, start: records.Start) -> None:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO passes (run_id, config_label, config, time) VALUES (?, ?, ?, ?)",
+            (run_id, start.config_label, _json(start.config), start.time),
+        )
+
+    def passes(self, run_id: int) -> list[dict]:
+        return self._rows("SELECT * FROM passes WHERE run_id = ? ORDER BY time, config_label",
+                          [run_id])
+
+    # === steps ===============================================================
+
+    def add_steps(self, run_id: int, steps: Iterable[records.Step]) -> int:
+        """Store steps; a step already stored is ignored. Returns how many were new."""
+        rows = [
+            (run_id, s.config_label, s.step, _finite_or_none(s.loss), _loss_flag(s.loss),
+             s.step_s, s.tokens, s.lr, _json(s.phases), _json(s.memory), _json(s.extra), s.time)
+            for s in steps
+        ]
+        if not rows:
+            return 0
+        before = self.conn.total_changes
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO steps (run_id, config_label, step, loss, loss_flag, step_s,"
+                " tokens, lr, phases, memory, extra, time) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return self.conn.total_changes - before
+
+    def steps(self, run_id: int, config_label: str | None = records.MAIN) -> list[dict]:
+        """Steps of one pass in order (every pass when config_label is None)."""
+        if config_label is None:
+            return self._rows("SELECT * FROM steps WHERE run_id = ? ORDER BY config_label, step",
+                              [run_id])
+        return self._rows(
+            "SELECT * FROM steps WHERE run_id = ? AND config_label = ? ORDER BY step",
+            [run_id, config_label],
+        )
+
+    def step_counts(self, run_id: int) -> dict[str, int]:
+        rows = self.conn.execute(
+            "SELECT config_label, COUNT(*) FROM steps WHERE run_id = ? GROUP BY config_label",
+            (run_id,),
+        ).fetchall()
+        return {label: n for label, n in rows}
+
+    # === samples =============================================================
+
+    def add_sample(self, *, load: tuple[float, float, float], holders: list[dict],
+                   cards_free: int | None = None, run_id: int | None = None,
+                   now: float | None = None) -> None:
+        self.conn.execute(
+            "INSERT INTO samples (time, run_id, load1, load5, load15, holders, holder_count,"
+            " cards_free) VALUES (?,?,?,?,?,?,?,?)",
+            (time.time() if now is None else now, run_id, *load, _json(holders), len(holders),
+             cards_free),
+        )
+
+    def samples(self, *, run_id: int | None = None, since: float | None = None,
+                until: float | None = None) -> list[dict]:
+        sql, params = "SELECT * FROM samples WHERE 1=1", []
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        if since is not None:
+            sql += " AND time >= ?"
+            params.append(since)
+        if until is not None:
+            sql += " AND time <= ?"
+            params.append(until)
+        return self._rows(sql + " ORDER BY time", params)
+
+    # === gate checks =========================================================
+
+    def add_gate_check(self, run_id: int | None, gates: list[dict], passed: bool, *,
+                       now: float | None = None) -> None:
+        self.conn.execute(
+            "INSERT INTO gate_checks (time, run_id, passed, gates) VALUES (?,?,?,?)",
+            (time.time() if now is None else now, run_id, int(passed), _json(gates)),
+        )
+
+    def gate_checks(self, *, run_id: int | None = None, limit: int | None = None) -> list[dict]:
+        """Gate checks, oldest first (the newest ``limit`` when given)."""
+        sql, params = "SELECT * FROM gate_checks", []
+        if run_id is not None:
+            sql += " WHERE run_id = ?"
+            params.append(run_id)
+        sql += " ORDER BY id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return list(reversed(self._rows(sql, params)))
+
+    # === events ==============================================================
+
+    def add_event(self, run_id: int | None, kind: str, message: str, *,
+                  data: dict | None = None, now: float | None = None) -> None:
+        self.conn.execute(
+            "INSERT INTO events (time, run_id, kind, message, data) VALUES (?,?,?,?,?)",
+            (time.time() if now is None else now, run_id, kind, message, _json(data)),
+        )
+
+    def add_event_once(self, run_id: int | None, kind: str, message: str, *,
+                       data: dict | None = None, when: float | None = None) -> bool:
+        """Store an event from the trainer unless the same one (time, kind, text) is stored."""
+        found = self.conn.execute(
+            "SELECT 1 FROM events WHERE run_id IS ? AND kind = ? AND message = ? AND "
+            "(? IS NULL OR time = ?) LIMIT 1",
+            (run_id, kind, message, when, when),
+        ).fetchone()
+        if found:
+            return False
+        self.add_event(run_id, kind, message, data=data, now=when)
+        return True
+
+    def count_malformed(self, run_id: int, n: int) -> None:
+        self.conn.execute("UPDATE runs SET malformed = malformed + ? WHERE id = ?", (n, run_id))
+
+    def events(self, *, run_id: int | None = None, limit: int | None = None,
+               kinds: Iterable[str] | None = None) -> list[dict]:
+        """Events, oldest first (the newest ``limit`` when given)."""
+        sql, params = "SELECT * FROM events WHERE 1=1", []
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        if kinds is not None:
+            kinds = list(kinds)
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            params += kinds
+        sql += " ORDER BY id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return list(reversed(self._rows(sql, params)))
+
+    # === the daemon's heartbeat ==============================================
+
+    def daemon_started(self, *, pid: int, launcher: str, home: str, node: str | None = None,
+                       now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        self.conn.execute(
+            "INSERT OR REPLACE INTO daemon (id, pid, launcher, node, home, started, heartbeat,"
+            " stopped, stop_reason) VALUES (1, ?, ?, ?, ?, ?, ?, NULL, NULL)",
+            (pid, launcher, node, home, now, now),
+        )
+
+    def daemon_heartbeat(self, *, now: float | None = None) -> None:
+        self.conn.execute("UPDATE daemon SET heartbeat = ? WHERE id = 1",
+                          (time.time() if now is None else now,))
+
+    def daemon_stopped(self, reason: str, *, now: float | None = None) -> None:
+        self.conn.execute("UPDATE daemon SET stopped = ?, stop_reason = ? WHERE id = 1",
+                          (time.time() if now is None else now, reason))
+
+    def daemon_state(self) -> dict | None:
+        rows = self._rows("SELECT * FROM daemon WHERE id = 1")
+        return rows[0] if rows else None
+
+    # === tui =================================================================
+    # Light reads for the TUI's refresh: plain tuples, no JSON decoding, so a
+    # 100,000-step run can be followed incrementally every second.
+
+    def step_series(self, run_id: int, config_label: str = records.MAIN, *,
+                    after_step: int = 0) -> list[tuple]:
+        """``(step, loss, step_s, tokens, time)`` of steps after ``after_step``, in order.
+
+        A non-finite loss comes back as NaN or an infinity, as stored.
+        """
+        rows = self.conn.execute(
+            "SELECT step, CASE WHEN loss_flag IS NOT NULL THEN loss_flag ELSE loss END,"
+            " step_s, tokens, time FROM steps"
+            " WHERE run_id = ? AND config_label = ? AND step > ? ORDER BY step",
+            (run_id, config_label, after_step),
+        ).fetchall()
+        return [(s, None if loss is None else float(loss), step_s, tokens, t)
+                for s, loss, step_s, tokens, t in rows]
+
+    def last_step(self, run_id: int, config_label: str = records.MAIN) -> dict | None:
+        """The newest step of one pass, decoded, or None."""
+        rows = self._rows(
+            "SELECT * FROM steps WHERE run_id = ? AND config_label = ? ORDER BY step DESC LIMIT 1",
+            [run_id, config_label],
+        )
+        return rows[0] if rows else None
+
+    def blocked_since(self, run_id: int) -> float | None:
+        """When the gates began failing for ``run_id`` without a pass since, or None."""
+        row = self.conn.execute(
+            "SELECT MIN(time) FROM gate_checks WHERE run_id = ? AND passed = 0 AND time > "
+            "COALESCE((SELECT MAX(time) FROM gate_checks WHERE run_id = ? AND passed = 1), -1)",
+            (run_id, run_id),
+        ).fetchone()
+        return row[0] if row else None
+
+    def latest_sample(self) -> dict | None:
+        rows = self._rows("SELECT * FROM samples ORDER BY time DESC, id DESC LIMIT 1")
+        return rows[0] if rows else None
+
+    def load_series(self, *, since: float) -> list[tuple[float, float]]:
+        """``(time, load1)`` of host samples since ``since``, oldest first."""
+        return self.conn.execute(
+            "SELECT time, load1 FROM samples WHERE time >= ? AND load1 IS NOT NULL ORDER BY time",
+            (since,),
+        ).fetchall()

@@ -1,0 +1,3 @@
+from rngdctl.cli import main
+
+main()

@@ -1,0 +1,100 @@
+"""The daemon loop and the gates it evaluates."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from rngdctl.options import echo_json, fmt, json_option, with_home
+
+
+def _build(home, launcher_name: str | None, store, config):
+    from daemon.ingest import Ingest
+    from daemon.launchers import make_launcher
+
+    name = launcher_name or config.daemon.launcher
+    return make_launcher(name, home=home, store=store, config=config, ingest=Ingest(store))
+
+
+@click.command()
+@click.option("--launcher", type=click.Choice(["local", "k8s"]),
+              help="Where runs go (default: config.toml's [daemon] launcher, else local).")
+@click.option("--tick", type=click.FloatRange(min=0.05), help="Seconds between ticks.")
+@click.option("--exit-when-idle", is_flag=True,
+              help="Exit 0 once the queue is empty and nothing runs.")
+@click.option("--context", help="kubeconfig context (k8s launcher).")
+@click.option("--namespace", help="Namespace for Jobs (k8s launcher).")
+@with_home
+def daemon(home, launcher, tick, exit_when_idle, context, namespace):
+    """Run the loop: probe, gate, launch one run at a time, follow and ingest it.
+
+    Example: rngdctl daemon --launcher local --tick 2 --exit-when-idle
+    """
+    from daemon.scheduler import Daemon, install_signal_handlers
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    home.ensure()
+    config = home.config()
+    if tick is not None:
+        config.daemon.tick = tick
+    if context:
+        config.k8s.context = context
+    if namespace:
+        config.k8s.namespace = namespace
+    with home.store() as store:
+        loop = Daemon(home, store, config, _build(home, launcher, store, config),
+                      exit_when_idle=exit_when_idle)
+        install_signal_handlers(loop)
+        loop.run()
+
+
+def read_gates(home, launcher_name: str | None, cards: int | None) -> dict:
+    """Read the probes now and evaluate every gate for the head of the queue."""
+    from daemon import gates
+    from daemon.probes import read_host
+
+    config = home.config()
+    with home.store() as store:
+        head = store.head_of_queue()
+        need = cards or (int(head["config"]["cards"]) if head else 1)
+        launcher = _build(home, launcher_name, store, config)
+        host = read_host(tuple(config.gates.device_globs))
+        cluster = launcher.cluster_reading(head or {"id": None, "config": {"cards": need}})
+        result = gates.evaluate(host=host, cluster=cluster, cards=need,
+                                active=store.active_runs(), load_max=config.gates.load_max)
+    return {
+        "run": head["id"] if head else None,
+        "cards": need,
+        "passed": gates.all_pass(result),
+        "gates": [g.as_dict() for g in result],
+        "holders": [h.as_dict() for h in host.holders],
+        "visibility": host.visibility_note,
+    }
+
+
+@click.command()
+@click.option("--launcher", type=click.Choice(["local", "k8s"]), help="Launcher to ask.")
+@click.option("--cards", type=click.IntRange(min=1),
+              help="Cards to check for (default: the head of the queue's, else 1).")
+@json_option
+@with_home
+def gates(home, launcher, cards, as_json):
+    """Read the probes now and print each gate's reading, threshold and verdict.
+
+    Example: rngdctl gates --json
+    """
+    reading = read_gates(home, launcher, cards)
+    if as_json:
+        echo_json(reading)
+        return
+    who = f"run {reading['run']}" if reading["run"] else "no queued run"
+    click.echo(f"gates for {who}, {reading['cards']} card(s): "
+               + ("all pass" if reading["passed"] else "BLOCKED"))
+    glyph = {"pass": "✓", "fail": "✗", "n/a": "–"}
+    for g in reading["gates"]:
+        click.echo(f"  {glyph[g['verdict']]} {g['name']:<14} {fmt(g['reading'])!s:>8}  "
+                   f"{g['threshold']:<12} {g['detail']}")
+    click.echo(f"  ({reading['visibility']})")

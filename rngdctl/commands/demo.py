@@ -1,0 +1,102 @@
+"""The embedded default end to end: local launcher, CPU trainer, tiny model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+
+DEMO_RUN = {
+    "cards": 1, "resident": 2, "steps": 60, "baseline": True, "baseline_steps": 10,
+    "model": "tiny-llama", "data": "synthetic", "seq_len": 64, "accum": 2, "lr": 1e-3,
+    "seed": 0, "backend": "cpu", "name": "demo",
+}
+
+
+def _progress_line(store, run_id: int) -> str:
+    run = store.run(run_id)
+    counts = store.step_counts(run_id)
+    steps = store.steps(run_id, "main")
+    last = steps[-1] if steps else None
+    parts = [f"run {run_id} {run['status']}"]
+    if "baseline" in counts:
+        parts.append(f"baseline {counts['baseline']}/{run['config']['baseline_steps']}")
+    parts.append(f"step {counts.get('main', 0)}/{run['config']['steps']}")
+    if last:
+        parts.append(f"loss {last['loss']:.4f}  {last['step_s']:.3f} s/step")
+    return "  ".join(parts)
+
+
+def _watch(home, run_id: int, daemon: subprocess.Popen, use_tui: bool) -> None:
+    if use_tui:
+        try:
+            from rngdctl.tui.app import run_tui
+        except ImportError:
+            use_tui = False
+    if use_tui:
+        run_tui(home, run_id=run_id)
+        return
+    shown = ""
+    with home.store() as store:
+        while daemon.poll() is None:
+            line = _progress_line(store, run_id)
+            if line != shown:
+                click.echo(line)
+                shown = line
+            time.sleep(1.0)
+        click.echo(_progress_line(store, run_id))
+
+
+@click.command()
+@click.option("--steps", type=click.IntRange(min=1), default=DEMO_RUN["steps"], show_default=True)
+@click.option("--no-tui", is_flag=True, help="Print progress lines instead of opening the TUI.")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Where the note goes (default: HOME/experiments).")
+@click.option("--home", "home_path", type=click.Path(file_okay=False),
+              help="State folder (default: a fresh one in the temp folder).")
+@click.pass_context
+def demo(ctx, home_path, steps, no_tui, out):
+    """Queue a short run, run the daemon with the local launcher, write its note.
+
+    Uses a fresh home unless --home or RNGDCTL_HOME names one.
+    Example: rngdctl demo --no-tui
+    """
+    from daemon.runspec import validate
+    from rngdctl.export import write_note
+
+    from daemon.home import Home
+
+    given = home_path or ctx.meta.get("rngdctl.home_given")
+    home = Home(given or tempfile.mkdtemp(prefix="rngdctl-demo-")).ensure()
+    started = time.monotonic()
+    with home.store() as store:
+        run_id = store.add_run(validate({**DEMO_RUN, "steps": steps}), name="demo")
+    click.echo(f"home {home.path}: queued run {run_id} ({steps} steps of tiny-llama on cpu, "
+               f"after a 10-step all-offload baseline)")
+    daemon_log = open(home.path / "daemon.log", "ab")
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon",
+         "--launcher", "local", "--tick", "0.5", "--exit-when-idle"],
+        stdout=daemon_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        _watch(home, run_id, daemon, use_tui=not no_tui and sys.stdout.isatty())
+        daemon.wait(timeout=600)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        raise click.ClickException("demo interrupted; the daemon was stopped") from None
+    finally:
+        daemon_log.close()
+    with home.store() as store:
+        run = store.run(run_id)
+        note = write_note(store, [run_id], Path(out) if out else home.path / "experiments")
+    click.echo(f"run {run_id}: {run['status']} in {time.monotonic() - started:.0f} s")
+    click.echo(f"note: {note}")
+    if run["status"] != "done":
+        raise click.ClickException(f"the demo run ended {run['status']}: "
+                                   f"{(run['exit_reason'] or '').splitlines()[:1]}")

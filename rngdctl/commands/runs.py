@@ -1,0 +1,239 @@
+"""Queue commands: submit, runs, show, cancel, hold, release, move.
+
+These start fast: they import the store and click, never torch, textual or
+the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from rngdctl.options import echo_json, fmt, json_option, with_home
+
+
+def _ago(t: float | None, now: float) -> str:
+    if t is None:
+        return "–"
+    s = max(0, now - t)
+    if s < 90:
+        return f"{s:.0f} s ago"
+    if s < 5400:
+        return f"{s / 60:.0f} m ago"
+    return f"{s / 3600:.1f} h ago"
+
+
+@click.command()
+@click.option("--cards", type=int, required=True, help="Cards (one backend device each).")
+@click.option("--resident", type=int, required=True, help="Resident layers per card.")
+@click.option("--steps", type=int, help="Optimizer steps (default 200).")
+@click.option("--baseline", is_flag=True, default=None,
+              help="Run an all-offload pass first, in the same Job, for the step model.")
+@click.option("--baseline-steps", type=int, help="Steps of the baseline pass.")
+@click.option("--model", help="tiny-llama, tiny-qwen2, llama3-8b-mini, or a model folder.")
+@click.option("--data", help="synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file.")
+@click.option("--seq-len", type=int, help="Sequence length (default 512).")
+@click.option("--accum", type=int, help="Gradient accumulation steps (default 4).")
+@click.option("--lr", type=float, help="Peak learning rate (default 1e-5).")
+@click.option("--seed", type=int, help="Seed for init and data order (default 0).")
+@click.option("--lora", type=int, help="Train LoRA adapters of this rank instead of --full.")
+@click.option("--backend", help="cpu, cuda[:N], furiosa:auto or furiosa:N (default cpu).")
+@click.option("--image", help="Container image (k8s launcher).")
+@click.option("--deadline", type=int, help="Seconds before the run is stopped (timeout).")
+@click.option("--precompile", is_flag=True, default=None,
+              help="k8s: run `trainer compile` in a card-less Job first.")
+@click.option("--name", help="A name to refer to the run by.")
+@json_option
+@with_home
+def submit(home, as_json, **options):
+    """Queue a run; prints its id.
+
+    Example: rngdctl submit --cards 2 --resident 8 --steps 200 --baseline
+    """
+    from daemon.runspec import validate
+
+    config = validate(options)
+    with home.store() as store:
+        run_id = store.add_run(config, name=config.get("name"))
+        position = len(store.queue())
+    if as_json:
+        echo_json({"id": run_id, "status": "queued", "position": position, "config": config})
+    else:
+        click.echo(run_id)
+
+
+@click.command()
+@click.option("--all", "show_all", is_flag=True, help="Every run, not only the last 50.")
+@json_option
+@with_home
+def runs(home, as_json, show_all):
+    """List runs, newest first.
+
+    Example: rngdctl runs --json
+    """
+    with home.store() as store:
+        rows = store.runs(limit=None if show_all else 50)
+        counts = {r["id"]: store.step_counts(r["id"]) for r in rows}
+    if as_json:
+        echo_json([{**r, "steps_done": counts[r["id"]].get("main", 0)} for r in rows])
+        return
+    if not rows:
+        click.echo("no runs")
+        return
+    now = time.time()
+    click.echo(f"{'id':>4}  {'name':<16} {'status':<10} {'cards':>5} {'res':>4} "
+               f"{'steps':>11}  {'model':<16} created")
+    for r in rows:
+        c = r["config"]
+        progress = f"{counts[r['id']].get('main', 0)}/{c['steps']}"
+        click.echo(f"{r['id']:>4}  {(r['name'] or '–')[:16]:<16} {r['status']:<10} "
+                   f"{c['cards']:>5} {c['resident']:>4} {progress:>11}  "
+                   f"{str(c['model'])[-16:]:<16} {_ago(r['created'], now)}")
+
+
+def run_details(store, run_ref) -> dict:
+    """Everything ``show`` prints, as data."""
+    from daemon import stats
+    from daemon.store import ACTIVE
+
+    run = store.run(run_ref)
+    passes = {}
+    for label in sorted(store.step_counts(run["id"])):
+        steps = store.steps(run["id"], label)
+        total = run["config"]["steps"] if label == "main" else None
+        passes[label] = stats.summarize(steps, total).as_dict()
+    checks = store.gate_checks(run_id=run["id"], limit=5)
+    return {
+        "run": run,
+        "active": run["status"] in ACTIVE,
+        "passes": passes,
+        "gate_checks": checks,
+        "pre_submit_load_range": stats.gate_load_range(store.gate_checks(run_id=run["id"])),
+        "load_range": stats.load_range(store.samples(run_id=run["id"])),
+        "events": store.events(run_id=run["id"], limit=20),
+    }
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@json_option
+@with_home
+def show(home, as_json, run_ref):
+    """Status, config, progress, step time, tok/s, loss, gate checks and events of a run.
+
+    Example: rngdctl show 3
+    """
+    with home.store() as store:
+        details = run_details(store, run_ref)
+    if as_json:
+        echo_json(details)
+        return
+    run = details["run"]
+    c = run["config"]
+    click.echo(f"run {run['id']}" + (f" ({run['name']})" if run["name"] else "")
+               + f": {run['status']}" + (f", attempt {run['attempts']}" if run["attempts"] else ""))
+    if run.get("exit_reason"):
+        click.echo(f"  reason: {run['exit_reason'].splitlines()[0]}")
+    click.echo("  config: " + ", ".join(f"{k}={c[k]}" for k in (
+        "model", "cards", "resident", "steps", "seq_len", "accum", "lr", "data", "seed",
+        "backend", "baseline") if k in c))
+    for label, p in details["passes"].items():
+        total = f"/{p['steps_total']}" if p["steps_total"] else ""
+        iqr = p["iqr_step_s"]
+        click.echo(
+            f"  {label}: {p['steps_done']}{total} steps, median step (6-N) "
+            f"{fmt(p['median_step_s'], '.3f', ' s')}"
+            + (f" [IQR {iqr[0]:.3f}-{iqr[1]:.3f}]" if iqr else "")
+            + f", {fmt(p['tokens_per_s'], ',.0f')} tok/s, last loss {fmt(p['last_loss'], '.4f')}"
+            + (f", {p['nonfinite_losses']} non-finite losses" if p["nonfinite_losses"] else ""))
+    lr = details["load_range"]
+    if lr:
+        click.echo(f"  host load during the run: {lr[0]:.1f}-{lr[1]:.1f}")
+    if details["gate_checks"]:
+        click.echo("  gate checks (latest):")
+        for check in details["gate_checks"][-3:]:
+            verdicts = ", ".join(f"{g['name']} {g['verdict']} ({fmt(g['reading'])})"
+                                 for g in check["gates"])
+            click.echo(f"    {time.strftime('%H:%M:%S', time.localtime(check['time']))} "
+                       f"{'pass' if check['passed'] else 'BLOCKED'}: {verdicts}")
+    if details["events"]:
+        click.echo("  events:")
+        for e in details["events"][-10:]:
+            click.echo(f"    {time.strftime('%H:%M:%S', time.localtime(e['time']))} "
+                       f"{e['kind']}: {e['message'].splitlines()[0][:120]}")
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@with_home
+def cancel(home, run_ref):
+    """Cancel a run: at once when queued, through the daemon when it runs.
+
+    Example: rngdctl cancel 3
+    """
+    from daemon.errors import BadInput
+
+    with home.store() as store:
+        run = store.run(run_ref)
+        result = store.request_cancel(run["id"])
+    if result == "cancelled":
+        click.echo(f"run {run['id']} cancelled")
+    elif result == "requested":
+        click.echo(f"run {run['id']}: cancel requested; the daemon stops it within a tick")
+    else:
+        raise BadInput(f"run {run['id']} already ended ({result})")
+
+
+def _queued(store, run_ref) -> dict:
+    from daemon.errors import BadInput
+    from daemon.store import QUEUED
+
+    run = store.run(run_ref)
+    if run["status"] != QUEUED:
+        raise BadInput(f"run {run['id']} is {run['status']}, not queued")
+    return run
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@with_home
+def hold(home, run_ref):
+    """Keep a queued run from launching until it is released.
+
+    Example: rngdctl hold 3
+    """
+    with home.store() as store:
+        run = _queued(store, run_ref)
+        store.set_held(run["id"], True)
+    click.echo(f"run {run['id']} held")
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@with_home
+def release(home, run_ref):
+    """Let a held run launch again.
+
+    Example: rngdctl release 3
+    """
+    with home.store() as store:
+        run = _queued(store, run_ref)
+        store.set_held(run["id"], False)
+    click.echo(f"run {run['id']} released")
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@click.argument("delta", type=int)
+@with_home
+def move(home, run_ref, delta):
+    """Move a queued run up (negative) or down (positive) the queue.
+
+    Example: rngdctl move 5 -1
+    """
+    with home.store() as store:
+        run = _queued(store, run_ref)
+        store.move(run["id"], delta)
+        position = [r["id"] for r in store.queue()].index(run["id"]) + 1
+    click.echo(f"run {run['id']} is now at position {position}")

@@ -1,0 +1,379 @@
+"""The step-record contract between the trainer and the daemon.
+
+The trainer writes one JSON object per line; the daemon parses them. This
+module is the only place that knows the shape of a record, and it must stay
+free of torch so that the daemon, the CLI and the TUI can import it.
+
+Kinds:
+
+- ``start``: one per training pass. A Job with ``--baseline`` runs two passes
+  (``baseline``, then ``main``), each opened by its own ``start`` record.
+- ``step``: one per optimizer step of a pass.
+- ``event``: anything worth a line in the note (a compile, a retry, a warning).
+- ``end``: the last record of the process: status and error text.
+
+Parsing never raises: a line that is not JSON, or JSON without ``kind``, is a
+log line; JSON with a known ``kind`` but the wrong shape is a ``Malformed``
+record, which the daemon counts and keeps as an event.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Iterable
+
+SCHEMA_VERSION = 1
+
+#: Phase names in a step record's ``phases``, in seconds. The trainer times
+#: each phase on the host clock, one after another, so they add up to
+#: ``step_s`` (within 5 %; the remainder is what no phase claimed).
+PHASES = (
+    "fwd_bwd",  # device forward and backward, all micro-batches, all cards
+    "upload",  # offloaded layers' compute weights host -> device
+    "download",  # offloaded layers' gradients device -> host
+    "host_optim",  # fused AdamW on the host for offloaded layers
+    "device_optim",  # AdamW on the card for resident layers (+ embed/head)
+    "wait",  # synchronisation waits that no phase above claimed
+)
+
+#: ``end`` statuses the trainer writes.
+END_STATUSES = ("ok", "error", "oom", "cancelled")
+
+#: Exit codes the trainer uses, so a launcher can tell them apart without the
+#: ``end`` record (the log may be truncated).
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_OOM = 3
+
+#: Pass labels. ``main`` is the configuration the user asked for.
+MAIN = "main"
+BASELINE = "baseline"
+
+
+# === Records =================================================================
+
+
+@dataclass(frozen=True)
+class Start:
+    """A pass begins: its full configuration, versions, code commit, host."""
+
+    config_label: str
+    config: dict
+    run_id: str | None = None
+    versions: dict = field(default_factory=dict)
+    git: str | None = None
+    host: str | None = None
+    time: float | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One optimizer step of one pass."""
+
+    config_label: str
+    step: int
+    loss: float
+    step_s: float
+    tokens: int
+    lr: float
+    phases: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    time: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def loss_is_finite(self) -> bool:
+        return math.isfinite(self.loss)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something worth a line in the note."""
+
+    event: str
+    message: str
+    config_label: str | None = None
+    data: dict = field(default_factory=dict)
+    time: float | None = None
+
+
+@dataclass(frozen=True)
+class End:
+    """The process is done: ``status`` is one of END_STATUSES."""
+
+    status: str
+    error: str | None = None
+    config_label: str | None = None
+    data: dict = field(default_factory=dict)
+    time: float | None = None
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """A line that is not a record: plain trainer output."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """JSON that names a record kind but does not have its shape."""
+
+    text: str
+    reason: str
+
+
+Record = Start | Step | Event | End
+Parsed = Start | Step | Event | End | LogLine | Malformed
+
+
+# === Writing (trainer side) ==================================================
+
+
+def _number(x: float) -> float | str:
+    # JSON has no NaN or infinity; write them as strings the parser reads back.
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+def to_dict(record: Record) -> dict:
+    """The JSON object for ``record``, with ``kind`` and ``v``."""
+    now = record.time if record.time is not None else time.time()
+    if isinstance(record, Start):
+        return {
+            "kind": "start",
+            "v": SCHEMA_VERSION,
+            "config_label": record.config_label,
+            "run_id": record.run_id,
+            "config": record.config,
+            "versions": record.versions,
+            "git": record.git,
+            "host": record.host,
+            "time": now,
+        }
+    if isinstance(record, Step):
+        d = {
+            "kind": "step",
+            "v": SCHEMA_VERSION,
+            "config_label": record.config_label,
+            "step": record.step,
+            "loss": _number(float(record.loss)),
+            "step_s": record.step_s,
+            "tokens": record.tokens,
+            "lr": record.lr,
+            "phases": record.phases,
+            "memory": record.memory,
+            "time": now,
+        }
+        d.update(record.extra)
+        return d
+    if isinstance(record, Event):
+        return {
+            "kind": "event",
+            "v": SCHEMA_VERSION,
+            "event": record.event,
+            "message": record.message,
+            "config_label": record.config_label,
+            "data": record.data,
+            "time": now,
+        }
+    if isinstance(record, End):
+        return {
+            "kind": "end",
+            "v": SCHEMA_VERSION,
+            "status": record.status,
+            "error": record.error,
+            "config_label": record.config_label,
+            "data": record.data,
+            "time": now,
+        }
+    raise TypeError(f"not a record: {record!r}")
+
+
+def dumps(record: Record) -> str:
+    """One line of JSON, without the newline."""
+    return json.dumps(to_dict(record), ensure_ascii=False, separators=(",", ":"))
+
+
+class RecordWriter:
+    """Writes records to several streams (stdout and a log file), flushing each line."""
+
+    def __init__(self, *streams: IO[str]):
+        self.streams = [s for s in streams if s is not None]
+
+    def write(self, record: Record) -> None:
+        line = dumps(record) + "\n"
+        for stream in self.streams:
+            stream.write(line)
+            stream.flush()
+
+
+# === Parsing (daemon side) ===================================================
+
+_STEP_FIELDS = {"step": int, "loss": float, "step_s": float, "tokens": int, "lr": float}
+_CORE_STEP_KEYS = {"kind", "v", "config_label", "step", "loss", "step_s", "tokens", "lr",
+                   "phases", "memory", "time"}
+
+
+def _as_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    if isinstance(value, str):
+        if value.lower() in ("nan", "inf", "+inf", "-inf", "infinity", "-infinity"):
+            return float(value)
+        raise ValueError(f"{value!r} is not a number")
+    return float(value)
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not an integer")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"{value!r} is not an integer")
+    return int(value)
+
+
+def _phases(value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("phases is not an object")
+    return {str(k): _as_float(v) for k, v in value.items()}
+
+
+def _label(obj: dict, default: str | None = MAIN) -> str | None:
+    label = obj.get("config_label", obj.get("config", default))
+    if label is None:
+        return default
+    if not isinstance(label, str):
+        raise ValueError("config_label is not a string")
+    return label
+
+
+def _time(obj: dict) -> float | None:
+    t = obj.get("time")
+    return None if t is None else _as_float(t)
+
+
+def parse_line(line: str) -> Parsed:
+    """Parse one line (without its newline). Never raises."""
+    text = line.rstrip("\r\n")
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return LogLine(text)
+    try:
+        obj = json.loads(stripped)
+    except ValueError:
+        return LogLine(text)
+    if not isinstance(obj, dict) or "kind" not in obj:
+        return LogLine(text)
+    try:
+        return _from_dict(obj)
+    except (ValueError, TypeError, KeyError) as exc:
+        return Malformed(text, f"{obj.get('kind')!s} record: {exc}")
+
+
+def _from_dict(obj: dict) -> Parsed:
+    kind = obj["kind"]
+    version = obj.get("v", SCHEMA_VERSION)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ValueError(f"schema version {version!r} is newer than {SCHEMA_VERSION}")
+    if kind == "start":
+        config = obj.get("config")
+        if not isinstance(config, dict):
+            raise ValueError("config is not an object")
+        versions = obj.get("versions") or {}
+        if not isinstance(versions, dict):
+            raise ValueError("versions is not an object")
+        return Start(
+            config_label=_label(obj),
+            config=config,
+            run_id=None if obj.get("run_id") is None else str(obj["run_id"]),
+            versions=versions,
+            git=obj.get("git"),
+            host=obj.get("host"),
+            time=_time(obj),
+        )
+    if kind == "step":
+        missing = [k for k in _STEP_FIELDS if k not in obj]
+        if missing:
+            raise KeyError(f"missing {', '.join(missing)}")
+        step = _as_int(obj["step"])
+        if step < 1:
+            raise ValueError(f"step {step} < 1")
+        memory = obj.get("memory") or {}
+        if not isinstance(memory, dict):
+            raise ValueError("memory is not an object")
+        return Step(
+            config_label=_label(obj),
+            step=step,
+            loss=_as_float(obj["loss"]),
+            step_s=_as_float(obj["step_s"]),
+            tokens=_as_int(obj["tokens"]),
+            lr=_as_float(obj["lr"]),
+            phases=_phases(obj.get("phases")),
+            memory=memory,
+            time=_time(obj),
+            extra={k: v for k, v in obj.items() if k not in _CORE_STEP_KEYS},
+        )
+    if kind == "event":
+        data = obj.get("data") or {}
+        if not isinstance(data, dict):
+            raise ValueError("data is not an object")
+        return Event(
+            event=str(obj.get("event", "event")),
+            message=str(obj.get("message", "")),
+            config_label=_label(obj, default=None),
+            data=data,
+            time=_time(obj),
+        )
+    if kind == "end":
+        status = obj.get("status")
+        if not isinstance(status, str) or not status:
+            raise ValueError("status is missing")
+        data = obj.get("data") or {}
+        if not isinstance(data, dict):
+            raise ValueError("data is not an object")
+        error = obj.get("error")
+        return End(
+            status=status,
+            error=None if error is None else str(error),
+            config_label=_label(obj, default=None),
+            data=data,
+            time=_time(obj),
+        )
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+class LineSplitter:
+    """Turns chunks of bytes into complete lines; a partial last line waits.
+
+    ``offset`` counts the bytes of complete lines consumed so far, so a
+    follower can store it and resume from exactly there.
+    """
+
+    def __init__(self, offset: int = 0):
+        self.offset = offset
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        data = self._pending + chunk
+        *complete, self._pending = data.split(b"\n")
+        lines = []
+        for raw in complete:
+            self.offset += len(raw) + 1
+            lines.append(raw.decode("utf-8", errors="replace"))
+        return lines
+
+    @property
+    def pending(self) -> bytes:
+        return self._pending
+
+
+def parse_lines(lines: Iterable[str]) -> list[Parsed]:
+    return [parse_line(line) for line in lines]
