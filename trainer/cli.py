@@ -1,0 +1,213 @@
+"""``python -m trainer``: train, check, compile.
+
+Records go to stdout (and ``--log FILE``), human lines to stderr. Exit codes
+(trainer.records): 0 ok, 1 error, 2 bad input, 3 out of memory; 143 after
+SIGTERM (an ``end`` record with status ``cancelled`` is written first).
+
+Examples:
+
+    python -m trainer train --run-id r1 --model tiny-llama --full --resident-layers 2 \\
+        --backend cpu,cpu --steps 60 --seq-len 64 --accum 2 --lr 1e-3 --data synthetic \\
+        --seed 0 --log r1.jsonl --baseline
+    python -m trainer check --backend cpu
+    python -m trainer compile --backend furiosa:auto
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import traceback
+
+from trainer.errors import Cancelled, DeviceOutOfMemory, TrainerError, UsageError
+from trainer.records import EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_USAGE, End, RecordWriter
+
+EXIT_CANCELLED = 128 + signal.SIGTERM
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: one line on stderr and exit 2, without the usage block."""
+
+    def error(self, message: str):
+        print(f"trainer: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m trainer", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train a model layer by layer and write step records",
+                       description="Train, writing the step-record contract to stdout and --log.")
+    t.add_argument("--run-id", default=None, help="id of the run, copied into every start record")
+    t.add_argument("--model", default="tiny-llama",
+                   help="tiny-llama, tiny-qwen2, llama-3.1-8b-mini, or a local model folder")
+    kind = t.add_mutually_exclusive_group()
+    kind.add_argument("--full", action="store_true", help="train every parameter (the default)")
+    kind.add_argument("--lora", type=int, metavar="RANK", default=0,
+                      help="train LoRA adapters of this rank on a frozen model")
+    t.add_argument("--resident-layers", type=int, default=0, metavar="R",
+                   help="layers per card whose master weights and AdamW stay on the card")
+    t.add_argument("--backend", default="cpu",
+                   help="comma list, one per card: cpu, cuda[:N], furiosa:auto, furiosa:N")
+    t.add_argument("--steps", type=int, default=60)
+    t.add_argument("--seq-len", type=int, default=64)
+    t.add_argument("--accum", type=int, default=2, help="micro-batches per optimizer step")
+    t.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch")
+    t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    t.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
+                   help="after linear warm-up: cosine decay to 0.1 lr, or constant")
+    t.add_argument("--warmup", type=int, default=None,
+                   help="warm-up steps (default min(10, steps/10))")
+    t.add_argument("--weight-decay", type=float, default=0.01)
+    t.add_argument("--max-grad-norm", type=float, default=1.0, help="0 turns clipping off")
+    t.add_argument("--data", default="synthetic",
+                   help="synthetic, nsmc:PATH, jsonl:PATH or PATH.jsonl")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--checkpoint-layers", action="store_true",
+                   help="recompute each layer's forward in the backward (less activation memory)")
+    t.add_argument("--baseline", action="store_true",
+                   help="run an all-offload pass first on the same cards")
+    t.add_argument("--baseline-steps", type=int, default=None, help="default min(steps, 10)")
+    t.add_argument("--cache-dir", default=None,
+                   help="tokenizer cache (default $RNGDCTL_CACHE or ~/.cache/rngdctl)")
+    t.add_argument("--log", default=None, metavar="FILE", help="also write the records here")
+    t.set_defaults(func=cmd_train)
+
+    c = sub.add_parser("check", help="compare one forward and backward on a backend with CPU fp32",
+                       description="One forward and backward on BACKEND and on the CPU fp32 "
+                                   "reference; prints max errors; exits 1 over tolerance.")
+    c.add_argument("--backend", default="cpu")
+    c.add_argument("--model", default="tiny-llama")
+    c.add_argument("--seq-len", type=int, default=32)
+    c.add_argument("--resident-layers", type=int, default=0)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--rtol", type=float, default=None,
+                   help="relative tolerance (default 1e-4 for cpu and cuda, 5e-2 for furiosa)")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    c.set_defaults(func=cmd_check)
+
+    k = sub.add_parser("compile", help="warm a backend's compile cache without training",
+                       description="Compile every graph a training step runs, recording each "
+                                   "graph's compile time as an event record.")
+    k.add_argument("--backend", default="cpu")
+    k.add_argument("--model", default="tiny-llama")
+    k.add_argument("--seq-len", type=int, default=64)
+    k.add_argument("--micro-batch", type=int, default=1)
+    k.add_argument("--log", default=None, metavar="FILE")
+    k.set_defaults(func=cmd_compile)
+    return p
+
+
+# === Commands ================================================================
+
+
+class _Stop:
+    """SIGTERM and SIGINT only set a flag; the engine checks it at every layer."""
+
+    def __init__(self):
+        self.flag = False
+        signal.signal(signal.SIGTERM, self._set)
+        signal.signal(signal.SIGINT, self._set)
+
+    def _set(self, signum, frame):
+        self.flag = True
+
+    def __call__(self) -> bool:
+        return self.flag
+
+
+def _open_log(path: str | None):
+    if path is None:
+        return None
+    try:
+        return open(path, "a", buffering=1, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot open --log {path}: {exc.strerror}") from None
+
+
+def cmd_train(args) -> int:
+    from trainer.train import Recipe, TrainConfig, log
+
+    stop = _Stop()
+    logfile = _open_log(args.log)
+    writer = RecordWriter(sys.stdout, logfile)
+    cfg = TrainConfig(
+        run_id=args.run_id, model=args.model, lora=args.lora,
+        resident_layers=args.resident_layers, backend=args.backend, steps=args.steps,
+        seq_len=args.seq_len, accum=args.accum, micro_batch=args.micro_batch, lr=args.lr,
+        schedule=args.schedule, warmup=args.warmup, weight_decay=args.weight_decay,
+        max_grad_norm=args.max_grad_norm, data=args.data, seed=args.seed,
+        checkpoint=args.checkpoint_layers, baseline=args.baseline,
+        baseline_steps=args.baseline_steps, cache_dir=args.cache_dir, log=args.log)
+    label = None
+    try:
+        recipe = Recipe(cfg, writer, should_stop=stop)
+        recipe.setup()
+        summaries = recipe.run()
+        last = summaries[-1]
+        writer.write(End(status="ok", config_label=last.label,
+                         data={"steps": {s.label: len(s.losses) for s in summaries}}))
+        return EXIT_OK
+    except Cancelled as exc:
+        label = getattr(locals().get("recipe"), "label", None)
+        writer.write(End(status="cancelled", error=str(exc), config_label=label))
+        log(str(exc))
+        return EXIT_CANCELLED
+    except DeviceOutOfMemory as exc:
+        label = getattr(locals().get("recipe"), "label", None)
+        writer.write(End(status="oom", error=str(exc), config_label=label,
+                         data={"where": exc.where}))
+        print(f"trainer: {exc}", file=sys.stderr)
+        return EXIT_OOM
+    except UsageError as exc:
+        writer.write(End(status="error", error=str(exc), config_label=label))
+        print(f"trainer: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # anything unexpected: the record, then the traceback
+        label = getattr(locals().get("recipe"), "label", None)
+        writer.write(End(status="error", error=f"{type(exc).__name__}: {exc}",
+                         config_label=label))
+        traceback.print_exc()
+        return EXIT_ERROR
+    finally:
+        if logfile is not None:
+            logfile.close()
+
+
+def cmd_check(args) -> int:
+    from trainer.check import run_check
+
+    return run_check(args.backend, args.model, args.seq_len, args.resident_layers, args.seed,
+                     args.rtol, as_json=args.json)
+
+
+def cmd_compile(args) -> int:
+    from trainer.compile import run_compile
+
+    logfile = _open_log(args.log)
+    writer = RecordWriter(sys.stdout, logfile)
+    try:
+        return run_compile(args.backend, args.model, args.seq_len, args.micro_batch, writer)
+    except DeviceOutOfMemory as exc:
+        writer.write(End(status="oom", error=str(exc), data={"where": exc.where}))
+        print(f"trainer: {exc}", file=sys.stderr)
+        return EXIT_OOM
+    finally:
+        if logfile is not None:
+            logfile.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"trainer: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TrainerError as exc:
+        print(f"trainer: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+

@@ -1,0 +1,483 @@
+"""The layer engine: a causal LM trained layer by layer across cards and the host.
+
+Placement (``Placement.plan``)
+------------------------------
+The backend list names the cards in layer order. Layers 0..L-1 are cut into
+contiguous blocks, one per card, as even as possible (the first cards take
+the extra layer when L does not divide). On every card the first R layers of
+its block are *resident*: their fp32 master weights, gradients and AdamW state
+live on the card and the card updates them. The other layers of the block are
+*offloaded*: their fp32 masters and AdamW state live in host memory; the card
+holds only their compute weights and gradients.
+
+The embedding lives on the first card; the final norm and the head on the last
+card (on the first card when the head is tied to the embedding, so the one
+shared weight has one master). They are always resident: they are used by
+every micro-batch and updated by the card's optimizer.
+
+One optimizer step (``LayerEngine.step``), phases timed one after another
+--------------------------------------------------------------------------
+1. ``upload``: every offloaded layer's fp32 master goes host -> card, one copy
+   per parameter group (at most two flat buffers per layer), once per step.
+2. ``fwd_bwd``: gradients on the cards are zeroed, then for each micro-batch:
+   forward through embed, every layer in order (activations move to the next
+   card at a block boundary), norm, head and loss; backward through the head
+   and every layer in reverse, one layer at a time (inputs are detached at
+   every layer boundary, so this is the whole-model backward done piecewise).
+   Gradients accumulate on the cards over the micro-batches.
+3. ``download``: every offloaded layer's gradient goes card -> host, once per
+   step, one copy per parameter group.
+4. Clipping: each card sums the squares of its resident gradients (timed as
+   ``device_optim``), the host those of the offloaded ones (``host_optim``);
+   the host combines them into the global norm and the clip factor.
+5. ``host_optim``: one fused AdamW step over the offloaded layers' flat
+   masters on the host.
+6. ``device_optim``: one AdamW step per card over its resident layers, embed,
+   norm and head.
+7. ``wait``: reading the step's loss back from the last card.
+
+Each phase ends by synchronising the cards it used, so a phase's time is the
+time its work took. What no phase claims (Python between phases) is small and
+left unclaimed: the phases add up to ``step_s`` within a few percent.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from trainer import models, optim
+from trainer.backends import Backend
+from trainer.data import MicroBatch
+from trainer.errors import Cancelled, DeviceOutOfMemory, UsageError
+from trainer.records import PHASES
+
+# Fault injection for tests of the out-of-memory path: "layer=N,phase=P"
+# raises torch.OutOfMemoryError when the engine reaches that layer and phase.
+INJECT_OOM_ENV = "RNGDCTL_TRAINER_INJECT_OOM"
+
+
+# === Placement ===============================================================
+
+
+@dataclass(frozen=True)
+class Placement:
+    layers: int
+    cards: int
+    resident_per_card: int
+    card_of_layer: tuple[int, ...]
+    resident: tuple[bool, ...]
+    head_card: int
+
+    @classmethod
+    def plan(cls, layers: int, cards: int, resident_per_card: int, tied: bool) -> "Placement":
+        if cards > layers:
+            raise UsageError(f"{cards} cards for {layers} layers: every card needs a layer")
+        if resident_per_card < 0:
+            raise UsageError("--resident-layers must be 0 or more")
+        card_of, resident = [], []
+        for c in range(cards):
+            # Blocks as even as possible, the extra layers on the first cards.
+            lo, hi = _block(layers, cards, c)
+            for i in range(lo, hi):
+                card_of.append(c)
+                resident.append(i - lo < resident_per_card)
+        return cls(layers, cards, resident_per_card, tuple(card_of), tuple(resident),
+                   head_card=0 if tied else cards - 1)
+
+    def block(self, card: int) -> range:
+        return range(*_block(self.layers, self.cards, card))
+
+    @property
+    def resident_layers(self) -> int:
+        return sum(self.resident)
+
+    @property
+    def offloaded_layers(self) -> int:
+        return self.layers - self.resident_layers
+
+    def describe(self) -> str:
+        parts = []
+        for c in range(self.cards):
+            b = self.block(c)
+            r = [i for i in b if self.resident[i]]
+            parts.append(f"card {c}: layers {b.start}-{b.stop - 1}, resident {len(r)}")
+        return "; ".join(parts)
+
+
+def _block(layers: int, cards: int, card: int) -> tuple[int, int]:
+    base, extra = divmod(layers, cards)
+    lo = card * base + min(card, extra)
+    return lo, lo + base + (1 if card < extra else 0)
+
+
+# === Flat parameter storage ==================================================
+
+
+def _split_groups(module: nn.Module) -> dict[str, list[nn.Parameter]]:
+    groups: dict[str, list[nn.Parameter]] = {"decay": [], "no_decay": []}
+    for name, p in module.named_parameters():
+        if p.requires_grad:
+            groups["decay" if models.decays(name, p) else "no_decay"].append(p)
+    return {k: v for k, v in groups.items() if v}
+
+
+def _flatten(params: list[nn.Parameter], device: torch.device,
+             pin: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Move ``params`` into one flat buffer (and a flat gradient) on ``device``.
+
+    Each parameter becomes a view into the buffer and its ``.grad`` a view into
+    the gradient buffer, so a whole layer moves with one copy, and autograd
+    accumulates into the flat gradient in place.
+    """
+    total = sum(p.numel() for p in params)
+    flat = torch.empty(total, dtype=torch.float32, device=device, pin_memory=pin)
+    grad = torch.zeros(total, dtype=torch.float32, device=device, pin_memory=pin)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        flat[offset: offset + n].copy_(p.detach().reshape(-1))
+        p.data = flat[offset: offset + n].view_as(p)
+        p.grad = grad[offset: offset + n].view_as(p)
+        offset += n
+    return flat, grad
+
+
+def _as_param(flat: torch.Tensor, grad: torch.Tensor) -> nn.Parameter:
+    """An optimizer parameter sharing ``flat``'s storage, with ``grad`` as its gradient."""
+    param = nn.Parameter(flat, requires_grad=True)
+    param.grad = grad
+    return param
+
+
+@dataclass
+class LayerSlot:
+    """One decoder layer: its compute module on its card, and where its master lives."""
+
+    index: int
+    card: int
+    resident: bool
+    module: nn.Module  # runs on the card
+    # On the card: flat weights and gradients per group (for a resident layer
+    # these are the masters).
+    dev_flat: dict[str, torch.Tensor] = field(default_factory=dict)
+    dev_grad: dict[str, torch.Tensor] = field(default_factory=dict)
+    # On the host (offloaded layers only): fp32 masters with their gradients,
+    # as parameters of the host optimizer.
+    host_master: dict[str, nn.Parameter] = field(default_factory=dict)
+    run: Callable | None = None  # the module, compiled where the backend compiles
+
+
+class _Head(nn.Module):
+    """Final norm and head as one graph."""
+
+    def __init__(self, norm: nn.Module, head: nn.Module):
+        super().__init__()
+        self.norm, self.head = norm, head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(x))
+
+
+@dataclass
+class StepResult:
+    loss: float
+    label_tokens: int
+    tokens: int
+    phases: dict[str, float]
+    grad_norm: float
+
+
+# === The engine ==============================================================
+
+
+class LayerEngine:
+    """Holds a model spread over cards and host, and does optimizer steps on it."""
+
+    def __init__(self, model: nn.Module, backends: list[Backend], resident_per_card: int,
+                 lr: float, weight_decay: float, max_grad_norm: float,
+                 checkpoint: bool = False, should_stop: Callable[[], bool] = lambda: False):
+        self.model = model
+        self.config = model.config
+        self.backends = backends
+        self.max_grad_norm = max_grad_norm
+        self.checkpoint = checkpoint
+        self.should_stop = should_stop
+        self.where = "setup"
+        self.keep_logits = False  # trainer check reads the logits back
+        self.last_logits: list[torch.Tensor] = []
+        self.placement = Placement.plan(models.num_layers(model), len(backends),
+                                        resident_per_card, models.is_tied(model))
+        self._inject = _parse_injection(os.environ.get(INJECT_OOM_ENV, ""))
+        with self._guard("setup", None):
+            self._place(lr, weight_decay)
+
+    # --- setup ---------------------------------------------------------------
+
+    def _place(self, lr: float, weight_decay: float) -> None:
+        p, inner = self.placement, self.model.model
+        first, head = self.backends[0], self.backends[p.head_card]
+        # Pinned host buffers make card <-> host copies run at the link's speed.
+        pin = any(b.kind == "cuda" for b in self.backends)
+        self.embed = inner.embed_tokens.to(first.device)
+        self.norm = inner.norm.to(head.device)
+        self.head = self.model.lm_head.to(head.device)
+        # Rotary embeddings hold no parameters: one copy per card.
+        self.rotary = [copy.deepcopy(inner.rotary_emb).to(b.device) for b in self.backends]
+
+        # Per card and group: the parameters the card's own optimizer updates.
+        dev_params = [{"decay": [], "no_decay": []} for _ in self.backends]
+        self._edge_grads: list[torch.Tensor] = []
+        for module, card in ((self.embed, 0), (self.norm, p.head_card), (self.head, p.head_card)):
+            for group, params in _split_groups(module).items():
+                for q in params:
+                    if any(q is o for o in dev_params[card][group]):
+                        continue  # the tied head: one weight, one master
+                    q.grad = torch.zeros_like(q)
+                    dev_params[card][group].append(q)
+                    self._edge_grads.append(q.grad)
+
+        host_params = {"decay": [], "no_decay": []}
+        self.slots: list[LayerSlot] = []
+        for i, layer in enumerate(inner.layers):
+            card = p.card_of_layer[i]
+            dev = self.backends[card].device
+            self.where = f"setup of layer {i} on card {card}"
+            if p.resident[i]:
+                # Resident: the flat buffers on the card are the masters, and
+                # they are the card optimizer's parameters.
+                module = layer.to(dev)
+                slot = LayerSlot(i, card, True, module)
+                for group, params in _split_groups(module).items():
+                    flat, grad = _flatten(params, dev)
+                    slot.dev_flat[group], slot.dev_grad[group] = flat, grad
+                    dev_params[card][group].append(_as_param(flat, grad))
+            else:
+                # Offloaded: the model's own layer, flattened in host memory, is
+                # the master; the card gets a compute copy of the same shape.
+                host_groups = _split_groups(layer)
+                module = copy.deepcopy(layer).to(dev)
+                slot = LayerSlot(i, card, False, module)
+                for group, params in host_groups.items():
+                    flat, grad = _flatten(params, torch.device("cpu"), pin=pin)
+                    slot.host_master[group] = _as_param(flat, grad)
+                    host_params[group].append(slot.host_master[group])
+                for group, params in _split_groups(module).items():
+                    slot.dev_flat[group], slot.dev_grad[group] = _flatten(params, dev)
+            self.slots.append(slot)
+
+        self.device_opts = [
+            optim.adamw(dev_params[c]["decay"], dev_params[c]["no_decay"], lr, weight_decay,
+                        b.fused_adamw)
+            for c, b in enumerate(self.backends)]
+        self.host_opt = optim.adamw(host_params["decay"], host_params["no_decay"], lr,
+                                    weight_decay, fused=True)
+        self._dev_grads = [[q.grad for g in (o.param_groups if o else []) for q in g["params"]]
+                           for o in self.device_opts]
+        self._host_grads = [q.grad for g in (self.host_opt.param_groups if self.host_opt else [])
+                            for q in g["params"]]
+        # What the cards run: compiled where the backend compiles (furiosa).
+        for s in self.slots:
+            s.run = self.backends[s.card].compile(s.module)
+        self.head_run = head.compile(_Head(self.norm, self.head))
+        self._sync_all()
+
+    # --- one optimizer step --------------------------------------------------
+
+    def step(self, batches: list[MicroBatch], lr: float, update: bool = True) -> StepResult:
+        """One optimizer step over ``batches`` (the micro-batches of the step).
+
+        With ``update=False`` only the gradients are made (upload, forward,
+        backward, download): ``trainer check`` reads them.
+        """
+        phases = dict.fromkeys(PHASES, 0.0)
+        offloaded = [s for s in self.slots if not s.resident]
+        cards = range(len(self.backends))
+        for b in self.backends:
+            b.reset_peak()
+
+        with self._phase(phases, "upload", cards):
+            for s in offloaded:
+                self._at(s.index, "upload")
+                for group, master in s.host_master.items():
+                    self.backends[s.card].upload(s.dev_flat[group], master.detach())
+
+        label_tokens = sum(mb.label_tokens for mb in batches)
+        with self._phase(phases, "fwd_bwd", cards):
+            for s in self.slots:
+                for g in s.dev_grad.values():
+                    g.zero_()
+            for g in self._edge_grads:
+                g.zero_()
+            loss_sum = None
+            for mb in batches:
+                part = self._forward_backward(mb, label_tokens)
+                loss_sum = part if loss_sum is None else loss_sum + part
+
+        with self._phase(phases, "download", cards):
+            for s in offloaded:
+                self._at(s.index, "download")
+                for group, master in s.host_master.items():
+                    master.grad.copy_(s.dev_grad[group])
+
+        total = float("nan")
+        if not update:
+            return StepResult(float(loss_sum), label_tokens, sum(mb.tokens for mb in batches),
+                              phases, total)
+        with self._phase(phases, "device_optim", cards):
+            self.where = "gradient norm on the cards"
+            dev_sq = [optim.sq_norm(g) for g in self._dev_grads]
+            dev_sq = [float(x) for x in dev_sq if x is not None]
+        with self._phase(phases, "host_optim", ()):
+            self.where = "gradient norm on the host"
+            host_sq = optim.sq_norm(self._host_grads)
+            total = (sum(dev_sq) + (float(host_sq) if host_sq is not None else 0.0)) ** 0.5
+            coef = optim.clip_coef(total, self.max_grad_norm)
+            self.where = "host optimizer"
+            optim.set_lr(self.host_opt, lr)
+            optim.step(self.host_opt, coef)
+        with self._phase(phases, "device_optim", cards):
+            for card, o in enumerate(self.device_opts):
+                self.where = f"optimizer on card {card}"
+                optim.set_lr(o, lr)
+                optim.step(o, coef)
+
+        with self._phase(phases, "wait", ()):
+            self.where = "reading the loss"
+            loss = float(loss_sum) if loss_sum is not None else float("nan")
+        return StepResult(loss, label_tokens, sum(mb.tokens for mb in batches), phases, total)
+
+    def _forward_backward(self, mb: MicroBatch, label_tokens: int) -> torch.Tensor:
+        """Forward and backward of one micro-batch; returns its loss share (on the head card)."""
+        from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+        p, first = self.placement, self.backends[0]
+        ids = first.to_device(mb.input_ids)
+        pos = torch.arange(ids.shape[1], device=first.device)[None, :]
+        self.where = "forward of the embedding"
+        embedded = self.embed(ids)
+
+        # Rotary (cos, sin) and the causal masks, once per card.
+        ctx = []
+        for c, b in enumerate(self.backends):
+            h_c = embedded.detach().to(b.device)
+            pos_c = pos.to(b.device)
+            am = mb.attention_mask.to(b.device)
+            kw = dict(config=self.config, inputs_embeds=h_c, attention_mask=am, cache=None,
+                      position_ids=pos_c)
+            masks = {"full_attention": create_causal_mask(**kw)}
+            if getattr(self.model.model, "has_sliding_layers", False):
+                masks["sliding_attention"] = create_sliding_window_causal_mask(**kw)
+            ctx.append((pos_c, masks, self.rotary[c](h_c, position_ids=pos_c)))
+
+        layer_types = getattr(self.config, "layer_types", None)
+        inputs, outputs = [], []
+        h = embedded
+        for s in self.slots:
+            self._at(s.index, "forward")
+            pos_c, masks, rope = ctx[s.card]
+            x = h.detach().to(self.backends[s.card].device).requires_grad_(True)
+            mask = masks[layer_types[s.index] if layer_types else "full_attention"]
+            call = lambda x=x, s=s, mask=mask, pos_c=pos_c, rope=rope: s.run(
+                x, attention_mask=mask, position_ids=pos_c, position_embeddings=rope)
+            if self.checkpoint:
+                with torch.no_grad():
+                    out = call()
+                outputs.append(call)  # recomputed with grad in the backward
+            else:
+                out = call()
+                outputs.append(out)
+            inputs.append(x)
+            h = out
+
+        self.where = "forward of the head"
+        head_dev = self.backends[p.head_card].device
+        x_head = h.detach().to(head_dev).requires_grad_(True)
+        logits = self.head_run(x_head)
+        if self.keep_logits:
+            self.last_logits.append(logits.detach())
+        loss = self.model.loss_function(logits, mb.labels.to(head_dev), self.config.vocab_size,
+                                        num_items_in_batch=label_tokens)
+        self.where = "backward of the head"
+        loss.backward()
+
+        grad = x_head.grad
+        for s, x, out in zip(reversed(self.slots), reversed(inputs), reversed(outputs)):
+            self._at(s.index, "backward")
+            if callable(out):
+                out = out()
+            torch.autograd.backward(out, grad.to(out.device))
+            grad = x.grad
+        self.where = "backward of the embedding"
+        torch.autograd.backward(embedded, grad.to(embedded.device))
+        return loss.detach()
+
+    # --- bookkeeping ---------------------------------------------------------
+
+    def _at(self, layer: int, phase: str) -> None:
+        """Mark where the engine is (for an out-of-memory message) and honour SIGTERM."""
+        self.where = f"{phase} of layer {layer} on card {self.placement.card_of_layer[layer]}"
+        if self.should_stop():
+            raise Cancelled(f"cancelled at {self.where}")
+        if self._inject == (layer, phase):
+            raise torch.OutOfMemoryError(f"injected by {INJECT_OOM_ENV}")
+
+    @contextmanager
+    def _phase(self, phases: dict, name: str, cards):
+        t0 = time.perf_counter()
+        with self._guard(name, cards):
+            yield
+            for c in cards:
+                self.backends[c].synchronize()
+        phases[name] += time.perf_counter() - t0
+
+    @contextmanager
+    def _guard(self, name: str, cards):
+        try:
+            yield
+        except (Cancelled, UsageError):
+            raise
+        except (RuntimeError, MemoryError) as exc:
+            if any(b.is_oom(exc) for b in self.backends):
+                raise DeviceOutOfMemory(self.where, str(exc).strip().splitlines()[0]
+                                        if str(exc).strip() else type(exc).__name__) from exc
+            raise
+
+    def _sync_all(self) -> None:
+        for b in self.backends:
+            b.synchronize()
+
+    def device_peaks_gb(self) -> list[float] | None:
+        peaks = [b.peak_gb() for b in self.backends]
+        return None if any(x is None for x in peaks) else [round(x, 4) for x in peaks]
+
+    # --- reading the model back ----------------------------------------------
+
+    def master_state(self) -> dict[str, torch.Tensor]:
+        """The fp32 master weights, by the model's parameter names, on the host."""
+        state = {}
+        for name, q in self.model.named_parameters():
+            state[name] = q.detach().to("cpu").clone()
+        return state
+
+    def layer_grads(self) -> list[torch.Tensor]:
+        """Each layer's full gradient (flat, host), as the last step left it, before clipping."""
+        out = []
+        for s in self.slots:
+            parts = [s.dev_grad[g].to("cpu") for g in ("decay", "no_decay") if g in s.dev_grad]
+            out.append(torch.cat(parts) if parts else torch.zeros(0))
+        return out
+
+
+def _parse_injection(text: str) -> tuple[int, str] | None:
+    if not text:
+        return None
+    fields = dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
+    return int(fields.get("layer", 0)), fields.get("phase", "forward")

@@ -1,0 +1,70 @@
+"""Tokenizers: the model folder's own, or a byte-level BPE trained offline on the data.
+
+The small named configs have no tokenizer of their own. For them a byte-level
+BPE is trained on the run's text (Korean included, well under a second for a
+few thousand lines) and cached under the cache folder, keyed by a hash of the
+text and the vocabulary size, so the same data gives the same tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+PAD, BOS, EOS = "<pad>", "<s>", "</s>"
+TRAINER_VERSION = 1  # bump when the training recipe below changes
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("RNGDCTL_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "rngdctl"
+
+
+def from_folder(folder: Path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def trained(texts: list[str], vocab_size: int, cache_dir: Path):
+    """A byte-level BPE over ``texts``, loaded from the cache when it was made before."""
+    from transformers import PreTrainedTokenizerFast
+
+    digest = hashlib.sha256()
+    digest.update(f"v{TRAINER_VERSION} vocab={vocab_size}\n".encode())
+    for t in texts:
+        digest.update(t.encode("utf-8"))
+        digest.update(b"\n")
+    folder = cache_dir / "tokenizers" / digest.hexdigest()[:16]
+    if (folder / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(folder)
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS
+    )
+    # Write to a temporary folder first so a half-written cache is never read.
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(tmp)
+    try:
+        tmp.rename(folder)
+    except OSError:  # another process made it first: theirs is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+    return tok
