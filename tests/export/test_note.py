@@ -1,0 +1,164 @@
+"""The experiment note: the numbers it reports, computed from a recorded store."""
+
+from __future__ import annotations
+
+import pytest
+from recorded import T0, drifting_steps, make_step
+
+from daemon import stepmodel
+from daemon.errors import NoSuchRun
+from rngdctl.export import percent, secs, write_note
+
+
+def note_for(store, run_ids, tmp_path, **kw):
+    return write_note(store, run_ids, tmp_path / "experiments", now=T0, **kw).read_text()
+
+
+def test_note_reports_medians_over_steps_6_to_n_tok_s_and_drift(store, recorded, tmp_path):
+    text = note_for(store, [recorded(drifting_steps())], tmp_path)
+    assert "- 60/60 steps, no OOM, on the first attempt. Host load was 1.5–3.0." in text
+    assert "Step 6–60 median: 2.20 s/step, 58.2 tok/s." in text
+    assert ("The steps 6–25 median was 2.00 s, so step time drifted by +10.0 % over the run; "
+            "the slowest step (step 40) took 3.00 s.") in text
+
+
+def test_loss_table_buckets_follow_the_run_length_and_leave_a_nan_out(store, recorded, tmp_path):
+    text = note_for(store, [recorded(drifting_steps())], tmp_path)
+    assert ("| steps | mean loss | median step |\n| --- | --- | --- |\n"
+            "| 1–25 | 3.020 | 2.00 s |\n"
+            "| 26–50 | 2.500 (1 non-finite left out) | 2.20 s |\n"
+            "| 51–60 | 2.000 | 2.20 s |\n") in text
+    assert "- Step 1 loss is 3.5000." in text
+    assert "- 1 step had a non-finite loss (NaN), first at step 30" in text
+
+
+def test_a_nan_step_1_loss_reads_nan_not_a_dash_or_a_crash(store, recorded, tmp_path):
+    steps = [make_step(n, 1.0, float("nan") if n == 1 else 2.0) for n in range(1, 11)]
+    text = note_for(store, [recorded(steps, config={"steps": 10})], tmp_path)
+    assert "- Step 1 loss is NaN." in text
+    assert "| 1–10 | 2.000 (1 non-finite left out) | 1.00 s |" in text
+
+
+def test_steady_step_time_is_said_not_to_drift(store, recorded, tmp_path):
+    steps = [make_step(n, 2.5 if n == 31 else 2.0, 1.0) for n in range(1, 41)]
+    text = note_for(store, [recorded(steps, config={"steps": 40})], tmp_path)
+    assert ("The steps 6–25 median was also 2.00 s, and the slowest step (step 31) took "
+            "2.50 s, so step time did not drift.") in text
+
+
+def test_the_pre_submit_checks_give_their_count_blockers_and_load_range(store, recorded,
+                                                                        tmp_path):
+    text = note_for(store, [recorded(drifting_steps(), gate_loads=(0.4, 12.0, 7.5))], tmp_path)
+    assert ("- Pre-submit checks before each launch: host load (< 150), no process holding "
+            "/dev/rngd (0 holders), cards free (n/a: local launcher: no Kubernetes cards to "
+            "count). 3 checks, 2 blocked (no process holding /dev/rngd 2); the checks logged "
+            "load 0.4–12.") in text
+
+
+def test_verification_names_code_recipe_hardware_and_launch(store, recorded, tmp_path):
+    text = note_for(store, [recorded(drifting_steps(), config={"deadline": 900})], tmp_path)
+    assert "- Code: git b3cb03b, torch 2.13.0." in text
+    assert "- Recipe: tiny-llama, S=64, accum 2, lr 0.001, synthetic, seed 0." in text
+    assert "- Hardware: backend cpu, host box, no image digest (not a container run)." in text
+    assert "one run at a time, deadline 900 s." in text
+
+
+def test_a_run_with_no_steps_gets_a_note_that_says_so(store, recorded, tmp_path):
+    run = recorded([], status="failed", reason="exit 1: ImportError: no module named torch")
+    text = note_for(store, [run], tmp_path)
+    assert "- 0/60 steps, no OOM, status failed: exit 1: ImportError" in text
+    assert ("- No steps were stored for this run: it ended failed (exit 1: ImportError: no "
+            "module named torch), so there is no step time, drift or loss to report.") in text
+
+
+def test_an_oom_run_says_oom_and_how_many_attempts(store, recorded, tmp_path):
+    run = recorded(drifting_steps()[:12], status="oom")
+    store.update_run(run, attempts=2)
+    text = note_for(store, [run], tmp_path)
+    assert "- 12/60 steps, OOM, after 2 attempts." in text
+
+
+def test_several_runs_give_one_note_with_a_comparison_table(store, recorded, tmp_path):
+    a = recorded(drifting_steps(), name="r60")
+    steady = [make_step(n, 1.0, 2.0) for n in range(1, 31)]
+    b = recorded(steady, name="t1c", config={"resident": 0, "steps": 30})
+    path = write_note(store, [a, b], tmp_path / "experiments", now=T0)
+    text = path.read_text()
+    assert path.name == "2026-09-21-r60-t1c.md"
+    assert "| r60 | 1 card × 2 resident layers | done | 60/60 | 2.20 s | 58.2 | 2.00 s |" in text
+    assert "| t1c | 1 card, all offload | done | 30/30 | 1.00 s | 128 | 1.00 s |" in text
+    assert "## Run 1: r60" in text and "## Run 2: t1c" in text
+    assert sorted(p.name for p in (tmp_path / "experiments/data/r60-t1c").glob("*.jsonl")) == [
+        "r60.jsonl", "t1c.jsonl"]
+
+
+def test_repeated_events_are_folded_into_one_line(store, recorded, tmp_path):
+    events = [("gate_blocked", "device_idle: pid 4121 holds npu0pe0")] * 3 + [
+        ("image_pull", "ImagePullBackOff: furiosa-llm:latest not found")]
+    text = note_for(store, [recorded(drifting_steps(), events=events)], tmp_path)
+    assert "- `+20s to +22s, 3 times` gate_blocked: device_idle: pid 4121 holds npu0pe0" in text
+    assert "- `+23s` image_pull: ImagePullBackOff: furiosa-llm:latest not found" in text
+
+
+def test_exporting_again_never_overwrites_the_first_note(store, recorded, tmp_path):
+    run = recorded(drifting_steps())
+    first = write_note(store, [run], tmp_path, now=T0)
+    first.write_text("edited by hand")
+    second = write_note(store, [run], tmp_path, now=T0)
+    assert (first.name, second.name) == ("2026-09-21-r60.md", "2026-09-21-r60-2.md")
+    assert first.read_text() == "edited by hand"
+    assert (tmp_path / "data/r60-2/r60.jsonl").is_file()
+    assert "[data/r60-2/](data/r60-2/)" in second.read_text()
+
+
+def test_an_unknown_run_is_refused_before_anything_is_written(store, recorded, tmp_path):
+    run = recorded(drifting_steps())
+    with pytest.raises(NoSuchRun):
+        write_note(store, [run, "nope"], tmp_path / "experiments", now=T0)
+    assert not (tmp_path / "experiments").exists()
+
+
+# === the step model ==========================================================
+
+SHAPE = {"layers": 4, "cards": 1, "seq_len": 64, "accum": 2}
+BASELINE_PHASES = {"fwd_bwd": 0.1, "upload": 0.08, "download": 0.08, "host_optim": 0.04,
+                   "device_optim": 0.01, "wait": 0.0}
+MAIN_PHASES = {"fwd_bwd": 0.1, "upload": 0.04, "download": 0.04, "host_optim": 0.02,
+               "device_optim": 0.05, "wait": 0.0}
+
+
+def baseline_run(recorded):
+    steps = [make_step(n, 0.31, 3.0, label="baseline", phases=BASELINE_PHASES,
+                       extra={**SHAPE, "resident_per_card": 0}) for n in range(1, 11)]
+    steps += [make_step(n, 0.25, 3.0, phases=MAIN_PHASES,
+                        extra={**SHAPE, "resident_per_card": 2}) for n in range(1, 31)]
+    return recorded(steps, config={"steps": 30, "baseline": True},
+                    baseline_config={"cards": 1, "resident": 0})
+
+
+def test_a_run_with_a_baseline_gets_the_model_against_measured_table(store, recorded, tmp_path):
+    # Terms from the baseline: T_dev 0.1, u = d = 0.01, h = 0.01, g0 = 0.01, g = h (estimated);
+    # 2 of 4 layers offloaded at accum 2: 0.1 + 0.04 + 0.04 + 0.02 + 0.03 = 0.23 s.
+    text = note_for(store, [baseline_run(recorded)], tmp_path)
+    assert ("| run | step | tok/s | model | error |\n| --- | --- | --- | --- | --- |\n"
+            "| baseline (1 card, all offload) | 0.310 s | 413 | – | – |\n"
+            "| 1 card × 2 resident layers | 0.250 s | 512 | 0.230 s | -8.0 % |\n") in text
+    assert "| device_optim | 0.0100 s | resident layer | estimated:" in text
+
+
+def test_the_model_table_agrees_with_the_step_model_module(store, recorded, tmp_path):
+    run = baseline_run(recorded)
+    comparison = stepmodel.for_run(store, run)
+    text = note_for(store, [run], tmp_path)
+    assert (f"| {secs(comparison.measured_s)} | 512 | {secs(comparison.model_s)} | "
+            f"{percent(comparison.error)} |") in text
+
+
+def test_a_baseline_without_phase_timings_says_why_there_is_no_model(store, recorded, tmp_path):
+    steps = [make_step(n, 0.31, 3.0, label="baseline", extra={**SHAPE, "resident_per_card": 0})
+             for n in range(1, 11)] + [make_step(n, 0.25, 3.0) for n in range(1, 31)]
+    run = recorded(steps, config={"steps": 30, "baseline": True},
+                   baseline_config={"cards": 1, "resident": 0})
+    text = note_for(store, [run], tmp_path)
+    assert "| 1 card × 2 resident layers | 0.250 s | 512 | – | – |" in text
+    assert "The step model gave no prediction: cannot fit: the baseline has no" in text
