@@ -1,0 +1,709 @@
+"""The step-time model: fit its terms from an all-offload baseline, predict any config.
+
+Torch-free: the daemon, the CLI, the TUI and export all import it.
+
+API (plain step dicts in, frozen dataclasses out; a step dict is a row of
+``Store.steps`` or a parsed JSON ``step`` record):
+
+- ``fit(baseline_steps, baseline_config=None, *, resident_steps=None, ...) -> Terms``
+  Terms from the medians of the baseline's phases over steps 6-N. A resident
+  pass (any pass with resident layers on the same hardware) gives the device
+  optimizer's cost per layer; without one that term is estimated and marked.
+  Raises ``ModelFitError`` ("cannot fit: the baseline has no upload timings").
+- ``Shape``: a config as the model sees it (layers, cards, resident per card,
+  accumulation, sequence length, micro-batch). ``Shape.of_steps(steps)``
+  reads it from step records, ``Shape.of_config(config)`` from a start config.
+- ``predict(terms, target: Shape) -> Prediction``: step time, tok/s and the
+  predicted split by phase.
+- ``compare(prediction, measured_steps) -> Comparison``: the measured median
+  of steps 6-N with its interquartile range, ``error = (model - measured) /
+  measured``, and the measured split by phase beside the predicted one.
+- ``for_run(store, run_id) -> Comparison | None``: the run's main pass against
+  the model fitted from its own baseline pass (None when it has no baseline
+  pass or no main steps yet). ``terms_for_run(store, run_id)`` gives the terms.
+- ``memory_check(target, card_gb=..., params_per_layer=...) -> MemoryCheck``:
+  whether C x R resident layers fit by the trainer's own memory accounting.
+- ``design_row(comparison, run=..., hardware=...)`` and
+  ``update_design_table(design_md_path, rows)``: the step-model table kept in
+  docs/design.md between marker comments (``rngdctl export --update-design``).
+
+The form (docs/design.md "## Step-time model" says why): the trainer
+(trainer/engine.py) times its phases one after another, uploads every
+offloaded layer once a step and downloads its gradient once a step, so a step
+is the sum of its phases:
+
+    step = fwd_bwd + upload + download + host_optim + device_optim + wait + unclaimed
+    fwd_bwd      = T_dev * (tokens / tokens_b) * (L / L_b)
+    upload       = u * offloaded
+    download     = d * offloaded
+    host_optim   = h * offloaded          (clip norm and fused AdamW on the host)
+    device_optim = g0 + g * resident      (g0: embed, norm and head, on the cards always)
+    wait, unclaimed: as in the baseline
+
+``resident = cards * resident_per_card``, ``offloaded = L - resident`` and
+``_b`` marks the baseline. Every term is a median over the baseline's steps
+6-N, so predicting the baseline's own config gives its measured median.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from daemon import stats
+from daemon.errors import BadInput, ModelFitError
+from trainer.records import BASELINE, MAIN
+
+#: The phases the model needs in the baseline, with the words its error uses.
+NEEDED = {
+    "fwd_bwd": "device compute (fwd_bwd)",
+    "upload": "upload",
+    "download": "download",
+    "host_optim": "host optimizer (host_optim)",
+    "device_optim": "device optimizer (device_optim)",
+}
+#: Phases that may be missing (taken as zero).
+OPTIONAL = ("wait",)
+#: The split's keys, in display order. ``unclaimed`` is the part of a step that
+#: no phase claimed (step_s minus the sum of the phases).
+SPLIT = ("fwd_bwd", "upload", "download", "host_optim", "device_optim", "wait", "unclaimed")
+
+#: A term whose source starts with this was not measured.
+ESTIMATED = "estimated"
+
+
+# === Shapes ==================================================================
+
+
+def _extra(step: dict) -> dict:
+    """The step's extra keys: the store's ``extra`` column, or top-level keys of raw JSON."""
+    extra = step.get("extra")
+    return extra if isinstance(extra, dict) else step
+
+
+def blocks(layers: int, cards: int) -> list[int]:
+    """Layers per card: contiguous blocks as even as possible, extras on the first cards.
+
+    The trainer's placement (trainer/engine.py ``_block``), mirrored torch-free.
+    """
+    base, extra = divmod(layers, cards)
+    return [base + (1 if c < extra else 0) for c in range(cards)]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A training config as the step-time model sees it; one that cannot exist is BadInput."""
+
+    layers: int
+    cards: int = 1
+    resident_per_card: int = 0
+    accum: int = 1
+    seq_len: int = 64
+    micro_batch: int = 1
+
+    def __post_init__(self):
+        if self.layers < 1 or self.cards < 1 or self.accum < 1 or self.seq_len < 1 \
+                or self.micro_batch < 1 or self.resident_per_card < 0:
+            raise BadInput(f"not a config the model can price: {self.describe()}")
+        if self.cards > self.layers:
+            raise BadInput(f"{self.cards} cards for {self.layers} layers: "
+                           "every card needs a layer")
+        most = min(blocks(self.layers, self.cards))
+        if self.resident_per_card > most:
+            raise BadInput(
+                f"{self.resident_per_card} resident layers per card is more than the {most} "
+                f"layers a card holds ({self.layers} layers on {self.cards} cards)")
+
+    @property
+    def resident(self) -> int:
+        return self.cards * self.resident_per_card
+
+    @property
+    def offloaded(self) -> int:
+        return self.layers - self.resident
+
+    @property
+    def tokens(self) -> int:
+        """Token positions per optimizer step (padding included: the device computes it)."""
+        return self.micro_batch * self.seq_len * self.accum
+
+    def describe(self) -> str:
+        return (f"{self.cards} card{'s' if self.cards != 1 else ''} x {self.resident_per_card} "
+                f"resident of {self.layers} layers, seq {self.seq_len}, accum {self.accum}"
+                + (f", micro-batch {self.micro_batch}" if self.micro_batch != 1 else ""))
+
+    @classmethod
+    def of_steps(cls, steps: list[dict]) -> Shape:
+        """The shape a pass's step records declare (their extra keys)."""
+        if not steps:
+            raise ModelFitError("cannot fit: the pass has no steps")
+        extra = _extra(steps[-1])
+        missing = [k for k in ("layers", "cards", "resident_per_card", "seq_len", "accum")
+                   if not isinstance(extra.get(k), int)]
+        if missing:
+            raise ModelFitError(f"cannot fit: the step records lack {', '.join(missing)}")
+        return cls(layers=extra["layers"], cards=extra["cards"],
+                   resident_per_card=extra["resident_per_card"], accum=extra["accum"],
+                   seq_len=extra["seq_len"], micro_batch=int(extra.get("micro_batch") or 1))
+
+    @classmethod
+    def of_config(cls, config: dict) -> Shape:
+        """The shape a pass's start config declares."""
+        missing = [k for k in ("layers", "cards", "resident_layers", "seq_len", "accum")
+                   if not isinstance(config.get(k), int)]
+        if missing:
+            raise ModelFitError(f"cannot fit: the pass's config lacks {', '.join(missing)}")
+        return cls(layers=config["layers"], cards=config["cards"],
+                   resident_per_card=config["resident_layers"], accum=config["accum"],
+                   seq_len=config["seq_len"], micro_batch=int(config.get("micro_batch") or 1))
+
+
+# === Terms ===================================================================
+
+
+@dataclass(frozen=True)
+class Term:
+    """One fitted term: its value, what it is per, and where it came from."""
+
+    name: str
+    seconds: float
+    per: str  # "step", "offloaded layer", ...
+    source: str
+
+    @property
+    def estimated(self) -> bool:
+        return self.source.startswith(ESTIMATED)
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The model's terms, fitted from one baseline (and maybe one resident pass)."""
+
+    baseline: Shape
+    compute: Term  # T_dev: fwd_bwd per step at the baseline's tokens and layers
+    upload: Term  # u, per offloaded layer
+    download: Term  # d, per offloaded layer
+    host_optim: Term  # h, per offloaded layer
+    device_optim_fixed: Term  # g0: embed, norm and head
+    device_optim: Term  # g, per resident layer
+    wait: Term
+    unclaimed: Term
+    baseline_median_s: float
+    baseline_tokens: float  # median tokens per step the baseline reports
+    baseline_iqr: tuple[float, float]
+
+    def all(self) -> list[Term]:
+        return [self.compute, self.upload, self.download, self.host_optim,
+                self.device_optim_fixed, self.device_optim, self.wait, self.unclaimed]
+
+    def as_dict(self) -> dict:
+        return {"baseline": asdict(self.baseline), "baseline_median_s": self.baseline_median_s,
+                "baseline_iqr_s": list(self.baseline_iqr),
+                "terms": [{**asdict(t), "estimated": t.estimated} for t in self.all()]}
+
+
+def _phase_medians(steps: list[dict], what: str) -> tuple[dict[str, float], list[dict]]:
+    """Median seconds of each phase over steps 6-N; ModelFitError when one is missing."""
+    chosen = stats.steady(steps)
+    for name, words in NEEDED.items():
+        have = sum(1 for s in chosen if name in (s.get("phases") or {}))
+        if not have:
+            raise ModelFitError(f"cannot fit: the {what} has no {words} timings")
+        if have < len(chosen):
+            raise ModelFitError(f"cannot fit: {len(chosen) - have} of the {what}'s "
+                                f"{len(chosen)} steady steps have no {words} timings")
+    medians = {p: statistics.median(float((s.get("phases") or {}).get(p, 0.0)) for s in chosen)
+               for p in (*NEEDED, *OPTIONAL)}
+    return medians, chosen
+
+
+def _range(chosen: list[dict]) -> str:
+    first, last = chosen[0]["step"], chosen[-1]["step"]
+    return f"median of steps {first}-{last}" if last > first else f"step {first}"
+
+
+def edge_params(config: dict | None) -> int | None:
+    """Parameters always on the cards (embedding, final norm, head) from a start config."""
+    if not config:
+        return None
+    vocab, hidden = config.get("vocab_size"), config.get("hidden_size")
+    if not isinstance(vocab, int) or not isinstance(hidden, int):
+        return None
+    return vocab * hidden * (1 if config.get("tied_head") else 2) + hidden
+
+
+def fit(baseline_steps: list[dict], baseline_config: dict | None = None, *,
+        resident_steps: list[dict] | None = None, baseline_label: str = "baseline",
+        resident_label: str = "resident pass") -> Terms:
+    """Fit the terms from an all-offload baseline's steps (medians over steps 6-N).
+
+    ``baseline_config`` is the pass's start config: it fills in the shape when
+    the step records lack it. ``resident_steps`` (a pass with resident layers,
+    same hardware and model) gives the device optimizer's cost per layer;
+    without it that term is estimated and its source says so.
+    """
+    if not baseline_steps:
+        raise ModelFitError("cannot fit: the baseline has no steps")
+    try:
+        shape = Shape.of_steps(baseline_steps)
+    except ModelFitError:
+        if baseline_config is None:
+            raise
+        shape = Shape.of_config(baseline_config)
+    if shape.resident:
+        raise ModelFitError(f"cannot fit: the baseline has {shape.resident} resident layers; "
+                            "the model needs an all-offload baseline (0 resident)")
+    med, chosen = _phase_medians(baseline_steps, "baseline")
+    times = [float(s["step_s"]) for s in chosen]
+    median_s = statistics.median(times)
+    where = f"{baseline_label}, {_range(chosen)}"
+    off = shape.offloaded
+
+    host = Term("host_optim", med["host_optim"] / off, "offloaded layer", where)
+    if resident_steps:
+        rshape = Shape.of_steps(resident_steps)
+        if not rshape.resident:
+            raise ModelFitError(f"cannot fit: the {resident_label} has no resident layers")
+        rmed, rchosen = _phase_medians(resident_steps, resident_label)
+        per_layer = (rmed["device_optim"] - med["device_optim"]) / rshape.resident
+        device = Term("device_optim", max(per_layer, 0.0), "resident layer",
+                      f"{resident_label}, {_range(rchosen)}, less the baseline's embed and head")
+    else:
+        device = Term("device_optim", host.seconds, "resident layer",
+                      f"{ESTIMATED}: equal to the host optimizer per layer (no resident pass)")
+
+    return Terms(
+        baseline=shape,
+        compute=Term("fwd_bwd", med["fwd_bwd"], "step at the baseline's tokens and layers", where),
+        upload=Term("upload", med["upload"] / off, "offloaded layer", where),
+        download=Term("download", med["download"] / off, "offloaded layer", where),
+        host_optim=host,
+        device_optim_fixed=Term("device_optim_fixed", med["device_optim"],
+                                "step (embed, norm and head)", where),
+        device_optim=device,
+        wait=Term("wait", med["wait"], "step", where),
+        unclaimed=Term("unclaimed", median_s - sum(med.values()), "step",
+                       f"{baseline_label}: median step less the phases' medians"),
+        baseline_median_s=median_s,
+        baseline_tokens=statistics.median(float(s.get("tokens") or shape.tokens)
+                                          for s in chosen),
+        baseline_iqr=stats.quartiles(times),
+    )
+
+
+# === Prediction ==============================================================
+
+
+@dataclass(frozen=True)
+class Prediction:
+    target: Shape
+    step_s: float
+    tokens: float  # per step
+    phases: dict  # SPLIT -> seconds
+    terms: Terms
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.step_s if self.step_s > 0 else math.nan
+
+    @property
+    def estimated_terms(self) -> list[str]:
+        """Terms that are estimates and that this prediction uses."""
+        used = [t for t in self.terms.all()
+                if not (t.name == "device_optim" and self.target.resident == 0)]
+        return [t.name for t in used if t.estimated]
+
+    def as_dict(self) -> dict:
+        return {"target": asdict(self.target), "step_s": self.step_s, "tokens": self.tokens,
+                "tokens_per_s": self.tokens_per_s, "phases": dict(self.phases),
+                "estimated_terms": self.estimated_terms, **self.terms.as_dict()}
+
+
+def predict(terms: Terms, target: Shape) -> Prediction:
+    """The step time of ``target`` from ``terms``: the form in the module docstring."""
+    b = terms.baseline
+    work = (target.tokens / b.tokens) * (target.layers / b.layers)
+    phases = {
+        "fwd_bwd": terms.compute.seconds * work,
+        "upload": terms.upload.seconds * target.offloaded,
+        "download": terms.download.seconds * target.offloaded,
+        "host_optim": terms.host_optim.seconds * target.offloaded,
+        "device_optim": terms.device_optim_fixed.seconds
+        + terms.device_optim.seconds * target.resident,
+        "wait": terms.wait.seconds,
+        "unclaimed": terms.unclaimed.seconds,
+    }
+    tokens = terms.baseline_tokens * target.tokens / b.tokens
+    return Prediction(target, sum(phases.values()), tokens, phases, terms)
+
+
+# === Comparison with what was measured =======================================
+
+
+@dataclass(frozen=True)
+class Comparison:
+    prediction: Prediction
+    measured_s: float  # median step_s over steps 6-N
+    iqr: tuple[float, float]  # quartiles of the same steps
+    steps: int  # how many steps the median is over
+    first_step: int
+    last_step: int
+    measured_tokens_per_s: float
+    measured_phases: dict  # SPLIT -> median seconds
+
+    @property
+    def model_s(self) -> float:
+        return self.prediction.step_s
+
+    @property
+    def error(self) -> float:
+        """(model - measured) / measured, as a fraction."""
+        return (self.model_s - self.measured_s) / self.measured_s
+
+    @property
+    def model_tokens_per_s(self) -> float:
+        """The measured tokens per step over the model's step time."""
+        tokens = self.measured_tokens_per_s * self.measured_s
+        return tokens / self.model_s if self.model_s > 0 else math.nan
+
+    @property
+    def worst_phase(self) -> str:
+        """The phase whose prediction is furthest from its measured median."""
+        return max(SPLIT, key=lambda p: abs(self.prediction.phases[p]
+                                            - self.measured_phases.get(p, 0.0)))
+
+    def split(self) -> list[dict]:
+        """Predicted and measured seconds per phase, side by side."""
+        return [{"phase": p, "model_s": self.prediction.phases[p],
+                 "measured_s": self.measured_phases.get(p, 0.0),
+                 "diff_s": self.prediction.phases[p] - self.measured_phases.get(p, 0.0)}
+                for p in SPLIT]
+
+    def as_dict(self) -> dict:
+        return {
+            "measured_s": self.measured_s, "iqr_s": list(self.iqr), "steps": self.steps,
+            "step_range": [self.first_step, self.last_step],
+            "model_s": self.model_s, "error": self.error,
+            "measured_tokens_per_s": self.measured_tokens_per_s,
+            "model_tokens_per_s": self.model_tokens_per_s,
+            "worst_phase": self.worst_phase, "split": self.split(),
+            "prediction": self.prediction.as_dict(),
+        }
+
+
+def compare(prediction: Prediction, measured_steps: list[dict]) -> Comparison:
+    """The prediction against the median of the measured steps 6-N."""
+    chosen = stats.steady(measured_steps)
+    if not chosen:
+        raise ModelFitError("nothing to compare: the run has no steps")
+    times = [float(s["step_s"]) for s in chosen]
+    measured = statistics.median(times)
+    phases: dict[str, float] = {}
+    for p in SPLIT[:-1]:
+        phases[p] = statistics.median(float((s.get("phases") or {}).get(p, 0.0)) for s in chosen)
+    phases["unclaimed"] = measured - sum(phases.values())
+    return Comparison(
+        prediction=prediction, measured_s=measured, iqr=stats.quartiles(times),
+        steps=len(chosen), first_step=chosen[0]["step"], last_step=chosen[-1]["step"],
+        measured_tokens_per_s=stats.tokens_per_s(measured_steps) or math.nan,
+        measured_phases=phases,
+    )
+
+
+# === Memory ==================================================================
+
+#: Bytes per parameter on a card, by the trainer's placement (trainer/engine.py):
+#: a resident layer keeps its fp32 master, gradient and AdamW's two moments on
+#: the card; an offloaded layer keeps an fp32 compute copy and its gradient;
+#: embedding, norm and head are resident on their cards.
+RESIDENT_BYTES = 16
+OFFLOADED_BYTES = 8
+#: Card memory in GB by backend kind, where the kind fixes it (RNGD: 48 GB HBM3).
+CARD_GB = {"furiosa": 48.0}
+
+
+@dataclass(frozen=True)
+class MemoryCheck:
+    fits: bool
+    need_gb: list  # per card: parameters, gradients and optimizer state
+    card_gb: float | None
+    message: str
+
+
+def card_bytes(target: Shape, params_per_layer: int, edge: int = 0,
+               tied_head: bool = False) -> list[int]:
+    """Bytes of weights, gradients and optimizer state on each card (activations not counted)."""
+    out = []
+    for c, block in enumerate(blocks(target.layers, target.cards)):
+        r = min(target.resident_per_card, block)
+        n = params_per_layer * (RESIDENT_BYTES * r + OFFLOADED_BYTES * (block - r))
+        out.append(n)
+    if edge:
+        # The embedding on the first card; norm and head on the last (the first when tied).
+        if tied_head or target.cards == 1:
+            out[0] += RESIDENT_BYTES * edge
+        else:
+            out[0] += RESIDENT_BYTES * (edge // 2)
+            out[-1] += RESIDENT_BYTES * (edge - edge // 2)
+    return out
+
+
+def memory_check(target: Shape, *, params_per_layer: int | None, card_gb: float | None,
+                 edge: int = 0, tied_head: bool = False) -> MemoryCheck:
+    """Whether C x R resident layers fit in each card's memory by the trainer's accounting."""
+    if not params_per_layer:
+        return MemoryCheck(True, [], card_gb,
+                           "memory not checked: the baseline does not say its parameters per layer")
+    need = [b / 1e9 for b in card_bytes(target, params_per_layer, edge, tied_head)]
+    worst = max(range(len(need)), key=lambda c: need[c])
+    if card_gb is None:
+        return MemoryCheck(True, need, None, f"needs {need[worst]:.2f} GB on card {worst} "
+                           "(weights, gradients, AdamW state); no card memory limit known")
+    if need[worst] > card_gb:
+        return MemoryCheck(False, need, card_gb, (
+            f"{target.cards} x {target.resident_per_card} resident layers would not fit: card "
+            f"{worst} needs {need[worst]:.1f} GB for weights, gradients and AdamW state "
+            f"({RESIDENT_BYTES} B per resident and {OFFLOADED_BYTES} B per offloaded parameter, "
+            f"{params_per_layer:,} per layer), more than its {card_gb:g} GB"))
+    return MemoryCheck(True, need, card_gb, f"fits: card {worst} needs {need[worst]:.2f} GB "
+                       f"of {card_gb:g} GB before activations")
+
+
+def card_gb_for(backend: str | None) -> float | None:
+    """The card memory the backend fixes (None: no fixed limit, e.g. cpu)."""
+    first = str(backend or "cpu").split(",")[0].strip()
+    return CARD_GB.get(first.split(":")[0])
+
+
+# === From the store ==========================================================
+
+
+def _pass_config(store, run_id: int, label: str) -> dict | None:
+    for p in store.passes(run_id):
+        if p["config_label"] == label:
+            return p["config"]
+    return None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """An all-offload pass in the store: its steps, start config and a label for sources."""
+
+    run_id: int
+    label: str  # the pass's config_label
+    steps: list
+    config: dict
+
+    @property
+    def source(self) -> str:
+        return f"run {self.run_id} {self.label}"
+
+    @property
+    def backend(self) -> str:
+        return str(self.config.get("backend") or "cpu")
+
+
+def baseline_of(store, run_id: int) -> Baseline | None:
+    """The run's all-offload pass: its baseline pass, else its main pass when that has 0 resident."""
+    for label in (BASELINE, MAIN):
+        steps = store.steps(run_id, label)
+        if not steps:
+            continue
+        config = _pass_config(store, run_id, label) or {}
+        resident = _extra(steps[-1]).get("resident_layers", config.get("resident_layers"))
+        if label == BASELINE or resident == 0:
+            return Baseline(run_id, label, steps, config)
+    return None
+
+
+def terms_for_run(store, run_id: int) -> Terms | None:
+    """Terms fitted from the run's own baseline pass; None when it has none."""
+    steps = store.steps(run_id, BASELINE)
+    if not steps:
+        return None
+    return fit(steps, _pass_config(store, run_id, BASELINE),
+               baseline_label=f"run {run_id} baseline")
+
+
+def for_run(store, run_id: int) -> Comparison | None:
+    """The run's main pass against the model from its own baseline pass.
+
+    None when the run has no baseline pass or no main steps yet. Raises
+    ModelFitError when the baseline cannot give the terms.
+    """
+    main = store.steps(run_id, MAIN)
+    if not main:
+        return None
+    terms = terms_for_run(store, run_id)
+    if terms is None:
+        return None
+    return compare(predict(terms, Shape.of_steps(main)), main)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What ``rngdctl model`` prints: a prediction and whether the config fits."""
+
+    baseline: Baseline
+    prediction: Prediction
+    memory: MemoryCheck
+
+    def as_dict(self) -> dict:
+        return {"baseline_run": self.baseline.run_id, "baseline_pass": self.baseline.label,
+                **self.prediction.as_dict(), "memory": asdict(self.memory)}
+
+
+def model_config(store, baseline_run: int, *, cards: int, resident: int,
+                 seq_len: int | None = None, accum: int | None = None,
+                 card_gb: float | None = None, resident_run: int | None = None) -> Answer:
+    """Predict a config that has not run, from a stored run's all-offload pass.
+
+    ``card_gb`` overrides the card memory the baseline's backend implies;
+    ``resident_run`` names a run whose main pass (with resident layers) gives
+    the device optimizer's cost per layer.
+    """
+    base = baseline_of(store, baseline_run)
+    if base is None:
+        raise ModelFitError(f"cannot fit: run {baseline_run} has no all-offload pass "
+                            "(submit it with --baseline, or with --resident 0)")
+    resident_steps = None
+    if resident_run is not None:
+        resident_steps = store.steps(resident_run, MAIN)
+        if not resident_steps:
+            raise ModelFitError(f"cannot fit: run {resident_run} has no main-pass steps")
+    terms = fit(base.steps, base.config, resident_steps=resident_steps,
+                baseline_label=base.source, resident_label=f"run {resident_run} main")
+    b = terms.baseline
+    target = Shape(layers=b.layers, cards=cards, resident_per_card=resident,
+                   accum=accum or b.accum, seq_len=seq_len or b.seq_len,
+                   micro_batch=b.micro_batch)
+    config = base.config
+    ppl = _extra(base.steps[-1]).get("params_per_layer") or config.get("params_per_layer")
+    memory = memory_check(target, params_per_layer=ppl,
+                          card_gb=card_gb if card_gb is not None else card_gb_for(base.backend),
+                          edge=edge_params(config) or 0, tied_head=bool(config.get("tied_head")))
+    return Answer(base, predict(terms, target), memory)
+
+
+def hardware_of(store, run_id: int) -> str:
+    """What the run ran on, for the step-model table: backend kind and host."""
+    config = _pass_config(store, run_id, MAIN) or {}
+    kinds = [b.split(":")[0].strip() for b in str(config.get("backend") or "cpu").split(",")]
+    host = store.run(run_id).get("host")
+    kind = kinds[0] if len(set(kinds)) == 1 else "+".join(kinds)
+    return f"{kind} ({host})" if host else kind
+
+
+# === The step-model table in docs/design.md ==================================
+
+TABLE_BEGIN = "<!-- step-model-table:begin -->"
+TABLE_END = "<!-- step-model-table:end -->"
+TABLE_HEADER = ("| run | hardware | cards | resident | measured | model | error |\n"
+                "| --- | --- | --- | --- | --- | --- | --- |")
+
+
+@dataclass(frozen=True)
+class DesignRow:
+    """One measured config in the step-model table."""
+
+    run: str
+    hardware: str
+    cards: int
+    resident: int  # per card
+    measured_s: float
+    model_s: float
+    error: float  # fraction
+
+    def key(self) -> tuple:
+        return (self.run, self.hardware, self.cards, self.resident)
+
+    def markdown(self) -> str:
+        return (f"| {self.run} | {self.hardware} | {self.cards} | {self.resident} | "
+                f"{format_seconds(self.measured_s)} | {format_seconds(self.model_s)} | "
+                f"{format_error(self.error)} |")
+
+
+def design_row(comparison: Comparison, *, run: str, hardware: str) -> DesignRow:
+    target = comparison.prediction.target
+    return DesignRow(run, hardware, target.cards, target.resident_per_card,
+                     comparison.measured_s, comparison.model_s, comparison.error)
+
+
+def format_seconds(s: float) -> str:
+    if s is None or not math.isfinite(s):
+        return "–"
+    return f"{s:.2f} s" if s >= 1 else f"{s * 1000:.1f} ms"
+
+
+def format_error(e: float | None) -> str:
+    if e is None or not math.isfinite(e):
+        return "–"
+    return f"{e * 100:+.1f} %"
+
+
+_ROW = re.compile(r"^\|\s*(?P<run>[^|]*?)\s*\|\s*(?P<hw>[^|]*?)\s*\|\s*(?P<cards>\d+)\s*\|"
+                  r"\s*(?P<res>\d+)\s*\|")
+
+
+def _merge(lines: list[str], rows: Iterable[DesignRow]) -> list[str]:
+    new = {r.key(): r.markdown() for r in rows}
+    out = []
+    for line in lines:
+        m = _ROW.match(line)
+        key = (m["run"], m["hw"], int(m["cards"]), int(m["res"])) if m else None
+        if key in new:
+            out.append(new.pop(key))
+        elif m:
+            out.append(line)
+    return out + list(new.values())
+
+
+def update_design_table(design_md_path: str | Path, rows: Iterable[DesignRow]) -> int:
+    """Add ``rows`` to the step-model table in docs/design.md; returns the table's row count.
+
+    The table lives between TABLE_BEGIN and TABLE_END. A row with the same run,
+    hardware, cards and resident as an existing one replaces it; other rows
+    stay. Without the markers, the table goes at the end of the "## Step-time
+    model" section, or at the end of the file.
+    """
+    path = Path(design_md_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ModelFitError(f"cannot read {path}: {exc.strerror}") from None
+    if TABLE_BEGIN in text and TABLE_END in text:
+        head, rest = text.split(TABLE_BEGIN, 1)
+        body, tail = rest.split(TABLE_END, 1)
+    else:
+        head, body, tail = _insertion_point(text)
+    lines = _merge(body.strip().splitlines(), rows)
+    block = f"{TABLE_BEGIN}\n{TABLE_HEADER}\n" + "".join(f"{line}\n" for line in lines) + TABLE_END
+    try:
+        path.write_text(head + block + tail, encoding="utf-8")
+    except OSError as exc:
+        raise ModelFitError(f"cannot write {path}: {exc.strerror}") from None
+    return len(lines)
+
+
+def _insertion_point(text: str) -> tuple[str, str, str]:
+    m = re.search(r"^## Step-time model.*$", text, flags=re.MULTILINE)
+    if not m:
+        sep = "" if text.endswith("\n") or not text else "\n"
+        return text + sep + "\n", "", "\n"
+    nxt = re.search(r"^## ", text[m.end():], flags=re.MULTILINE)
+    cut = m.end() + nxt.start() if nxt else len(text)
+    before = text[:cut].rstrip("\n") + "\n\n"
+    after = "\n\n" + text[cut:] if nxt else "\n"
+    return before, "", after
+
+
+__all__ = [
+    "Answer", "Baseline", "Comparison", "DesignRow", "MemoryCheck", "Prediction", "Shape",
+    "Term", "Terms", "baseline_of", "card_gb_for", "compare", "design_row", "fit", "for_run",
+    "hardware_of", "memory_check", "model_config", "predict", "terms_for_run",
+    "update_design_table",
+]
