@@ -1,0 +1,187 @@
+"""The Job, the compile Job and the pre-pull pod, built as data (dicts), never as text.
+
+Names follow DNS-1123 (lower-case letters, digits and '-', at most 63
+characters, starting and ending with a letter or digit); label values are
+cut the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from daemon.errors import ConfigError
+
+RESOURCE = "furiosa.ai/rngd"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "rngdctl"
+RUN_LABEL = "rngdctl.io/run-id"
+STAGE_LABEL = "rngdctl.io/stage"
+JOB_LABEL = "rngdctl.io/job"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+CONTAINER = "trainer"
+
+#: Stages: what a Job or pod of ours is for.
+TRAIN, COMPILE, PREPULL = "train", "compile", "prepull"
+
+MAX_NAME = 63
+_INVALID = re.compile(r"[^a-z0-9-]+")
+
+
+def dns_name(text: str, limit: int = MAX_NAME) -> str:
+    """``text`` as a DNS-1123 label: lower case, '-' for anything else, cut to ``limit``."""
+    name = _INVALID.sub("-", text.lower())
+    name = re.sub(r"-{2,}", "-", name).strip("-")[:limit].strip("-")
+    return name or "x"
+
+
+def job_name(run: dict, stage: str = TRAIN) -> str:
+    """``rngd-<id>-a<attempt>[-compile][-<run name>]``, at most 63 characters."""
+    head = f"rngd-{run['id']}-a{run.get('attempts') or 0}"
+    if stage != TRAIN:
+        head += f"-{stage}"
+    name = run.get("name") or (run.get("config") or {}).get("name")
+    if not name:
+        return head
+    room = MAX_NAME - len(head) - 1
+    slug = dns_name(name, room) if room > 0 else ""
+    return f"{head}-{slug}" if slug and slug != "x" else head
+
+
+def prepull_name(image: str, node: str) -> str:
+    """One pre-pull pod per (image, node): a stable name, so a second one is never made."""
+    digest = hashlib.sha256(f"{node}\0{image}".encode()).hexdigest()[:10]
+    tail = dns_name(image.rsplit("/", 1)[-1], 30)
+    return dns_name(f"rngd-prepull-{tail}-{digest}")
+
+
+def labels(run_id: int | None, stage: str, name: str) -> dict[str, str]:
+    out = {MANAGED_BY: MANAGER, STAGE_LABEL: stage, JOB_LABEL: name}
+    if run_id is not None:
+        out[RUN_LABEL] = str(run_id)
+    return out
+
+
+def _env(k8s, run_id: int) -> list[dict]:
+    if not isinstance(k8s.env, dict):
+        raise ConfigError("config.toml: [k8s] env must be a table of NAME = \"value\"")
+    env = [{"name": str(k), "value": str(v)} for k, v in sorted(k8s.env.items())]
+    env.append({"name": "RNGDCTL_RUN_ID", "value": str(run_id)})
+    env.append({"name": "PYTHONUNBUFFERED", "value": "1"})
+    return env
+
+
+def volumes(k8s) -> tuple[list[dict], list[dict]]:
+    """``[k8s] volumes`` entries into (pod volumes, container mounts).
+
+    Each entry is a table: ``name``, ``mount`` (path in the container), one of
+    ``host_path`` or ``pvc`` (a claim name), and optional ``read_only``.
+    """
+    pod_volumes, mounts = [], []
+    for i, entry in enumerate(k8s.volumes or []):
+        where = f"config.toml: [k8s] volumes[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} must be a table with name, mount and host_path or pvc")
+        name, mount = entry.get("name"), entry.get("mount")
+        if not name or not mount:
+            raise ConfigError(f"{where} needs a name and a mount path")
+        if bool(entry.get("host_path")) == bool(entry.get("pvc")):
+            raise ConfigError(f"{where} needs exactly one of host_path or pvc")
+        unknown = set(entry) - {"name", "mount", "host_path", "pvc", "read_only"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        vname = dns_name(str(name))
+        if entry.get("host_path"):
+            source = {"hostPath": {"path": str(entry["host_path"])}}
+        else:
+            source = {"persistentVolumeClaim": {"claimName": str(entry["pvc"])}}
+        pod_volumes.append({"name": vname, **source})
+        mounts.append({"name": vname, "mountPath": str(mount),
+                       "readOnly": bool(entry.get("read_only", False))})
+    return pod_volumes, mounts
+
+
+def _resources(k8s, cards: int) -> dict:
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if k8s.cpu:
+        requests["cpu"] = str(k8s.cpu)
+    if k8s.memory:
+        requests["memory"] = str(k8s.memory)
+        limits["memory"] = str(k8s.memory)
+    if cards:
+        # Extended resources: requests must equal limits.
+        requests[RESOURCE] = str(cards)
+        limits[RESOURCE] = str(cards)
+    out: dict = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str],
+        stage: str = TRAIN) -> dict:
+    """A ``batch/v1`` Job that runs ``argv`` once on ``node``; the compile stage asks no card."""
+    config = run["config"]
+    cards = int(config["cards"]) if stage == TRAIN else 0
+    deadline = int(config.get("deadline") or k8s.default_deadline)
+    pod_volumes, mounts = volumes(k8s)
+    tags = labels(run["id"], stage, name)
+    container = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": k8s.pull_policy,
+        "command": list(argv),
+        "env": _env(k8s, run["id"]),
+        "resources": _resources(k8s, cards),
+    }
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod_spec: dict = {
+        "restartPolicy": "Never",
+        "nodeSelector": {HOSTNAME_LABEL: node},
+        "containers": [container],
+    }
+    if pod_volumes:
+        pod_spec["volumes"] = pod_volumes
+    if k8s.service_account:
+        pod_spec["serviceAccountName"] = k8s.service_account
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": k8s.namespace, "labels": tags},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline,
+            "ttlSecondsAfterFinished": int(k8s.ttl_seconds),
+            "template": {"metadata": {"labels": tags}, "spec": pod_spec},
+        },
+    }
+
+
+def prepull_pod(k8s, *, name: str, node: str, image: str, run_id: int | None) -> dict:
+    """A pod that asks for no card, runs ``image`` with a trivial command, and ends.
+
+    It is bound to ``node`` directly (``nodeName``), so the kubelet there pulls
+    the image; whether the command then succeeds does not matter.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": k8s.namespace,
+                     "labels": labels(run_id, PREPULL, name)},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeName": node,
+            "activeDeadlineSeconds": int(k8s.prepull_timeout),
+            "containers": [{
+                "name": "prepull",
+                "image": image,
+                "imagePullPolicy": "Always" if k8s.pull_policy == "Always" else "IfNotPresent",
+                "command": ["true"],
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+            }],
+        },
+    }

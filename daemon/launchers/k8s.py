@@ -1,0 +1,573 @@
+"""The Kubernetes launcher: one card Job at a time, gated on the node, followed to its end.
+
+Per tick (see docs/design.md, "Kubernetes launcher"):
+
+- idle: ``cluster_reading`` reads the node and the pods bound to it (2 calls):
+  cards free and the image hint. An image that is not on the node is pulled
+  by a card-less pre-pull pod first, so the card Job never waits on a pull.
+- running: ``follow`` reads the Job, its pod and the new part of the pod log
+  (3 calls), ingests the lines, and ends the run from the pod's state.
+- An image-pull error deletes the Job in the same tick (the cards come back
+  at once), marks the image missing and requeues the run; the next gate
+  check pre-pulls it. After ``max_attempts`` the run fails with the message.
+
+The Job's name, the log cursor (``log_since``, ``log_offset``), node and
+image digest live in the run's row, so a restarted daemon adopts the Job and
+resumes the log where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from daemon.errors import ConfigError, LaunchError
+from daemon.gates import ClusterReading
+from daemon.home import Config, Home
+from daemon.ingest import Ingest
+from daemon.k8s import cluster, jobspec
+from daemon.k8s.client import K8sClient, K8sConflict, K8sError, K8sRejected, K8sUnavailable
+from daemon.k8s.logs import LogCursor
+from daemon.launchers.base import REQUEUE, Outcome
+from daemon.probes import read_host
+from daemon.runspec import trainer_argv
+from daemon.store import CANCELLED, DONE, FAILED, OOM, TIMEOUT, Store
+from trainer import records
+
+log = logging.getLogger("rngdctl.k8s")
+
+#: Lines of the log's tail kept in a failed run's reason.
+TAIL_LINES = 20
+
+
+class K8sLauncher:
+    name = "k8s"
+
+    def __init__(self, *, home: Home, store: Store, config: Config, ingest: Ingest,
+                 client: K8sClient | None = None, proc: str = "/proc",
+                 clock=time.time):
+        self.home = home
+        self.store = store
+        self.config = config
+        self.k8s = config.k8s
+        self.ingest = ingest
+        self.proc = proc
+        self.clock = clock
+        self._client = client
+        if client is not None and client.on_event is None:
+            client.on_event = self._api_event
+        self._node: str | None = self.k8s.node
+        self._daemon = False  # startup() ran: we may create pre-pull pods
+        self._run_id: int | None = None  # the run the current API calls are for
+        self._unavailable: set[int | None] = set()  # runs with an open "API down" streak
+        self._missing: set[str] = set()  # images a pod failed to pull
+        self._pulled: dict[str, float] = {}  # image -> when our pre-pull pod got it
+        self._prepull_failed: dict[str, tuple[float, str]] = {}
+        self._before_launch: dict[int, set[int]] = {}  # run -> holder pids before launch
+        self._checked_holders: set[int] = set()  # runs whose holders were found ours
+        self._own: set[int] = set()
+        self._end: dict[int, records.End] = {}
+
+    # === plumbing ============================================================
+
+    @property
+    def client(self) -> K8sClient:
+        if self._client is None:
+            self._client, conn = K8sClient.from_config(self.k8s, on_event=self._api_event)
+            log.info("Kubernetes API at %s (%s, context %s)", conn.server, conn.source,
+                     conn.context)
+        return self._client
+
+    @property
+    def ns(self) -> str:
+        return self.k8s.namespace
+
+    def _api_event(self, kind: str, message: str) -> None:
+        self.store.add_event(self._run_id, kind, message, now=self.clock())
+
+    def _down(self, run_id: int | None, exc: K8sUnavailable) -> None:
+        """Store one event per streak of API unavailability, not one per tick."""
+        if run_id not in self._unavailable:
+            self._unavailable.add(run_id)
+            self.store.add_event(run_id, "k8s_unavailable", f"{exc}; retrying next tick",
+                                 now=self.clock())
+        log.warning("%s", exc)
+
+    def _up(self, run_id: int | None) -> None:
+        if run_id in self._unavailable:
+            self._unavailable.discard(run_id)
+            self.store.add_event(run_id, "k8s_available", "the Kubernetes API answers again",
+                                 now=self.clock())
+
+    def node(self) -> str:
+        """The node our runs go to: ``[k8s] node``, else the one node with RNGD cards."""
+        if self._node:
+            return self._node
+        with_cards = [n["metadata"]["name"] for n in self.client.list_nodes()
+                      if (cluster.allocatable_cards(n) or 0) > 0]
+        if len(with_cards) != 1:
+            found = ", ".join(with_cards) or "none"
+            raise ConfigError(f"set [k8s] node in config.toml: nodes with {jobspec.RESOURCE}: "
+                              f"{found}")
+        self._node = with_cards[0]
+        return self._node
+
+    def _image(self, run: dict) -> str:
+        return (run.get("config") or {}).get("image") or self.k8s.image
+
+    # === the Launcher protocol ===============================================
+
+    def startup(self) -> None:
+        """Resolve the node, enforce K >= 2 ticks, report Jobs of ours the store does not know."""
+        self._daemon = True
+        if self.config.gates.consecutive < 2:
+            self.config.gates.consecutive = 2
+            self.store.add_event(None, "k8s", "gates.consecutive raised to 2 for the k8s "
+                                 "launcher: gates must pass on 2 ticks in a row (race safety)",
+                                 now=self.clock())
+        try:
+            node = self.node()
+            jobs = self.client.list_jobs(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER})
+        except K8sUnavailable as exc:
+            self._down(None, exc)
+            return
+        except K8sRejected as exc:
+            self.store.add_event(None, "k8s_error", f"at startup: {exc}", now=self.clock())
+            return
+        known = {r["job_name"] for r in self.store.active_runs() if r.get("job_name")}
+        active = {str(r["id"]) for r in self.store.active_runs()}
+        for job in jobs:
+            meta = job.get("metadata") or {}
+            run_id = (meta.get("labels") or {}).get(jobspec.RUN_LABEL)
+            if meta.get("name") in known or run_id in active:
+                continue
+            if cluster.job_condition(job) is not None:
+                continue  # a finished Job waiting for its TTL
+            self.store.add_event(None, "unknown_job",
+                                 f"Job {self.ns}/{meta.get('name')} (run {run_id}) is ours but "
+                                 f"not active in this store; left alone", now=self.clock())
+        log.info("k8s launcher: namespace %s, node %s", self.ns, node)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def own_pids(self) -> set[int]:
+        return set(self._own)
+
+    def cluster_reading(self, run: dict) -> ClusterReading:
+        """Cards free on the node and whether the run's image is there (2 API calls)."""
+        self._run_id = run.get("id")
+        image = self._image(run)
+        try:
+            node_name = self.node()
+            node = self.client.read_node(node_name)
+            pods = self.client.pods_on_node(node_name) if node is not None else []
+        except K8sUnavailable as exc:
+            self._down(None, exc)
+            return ClusterReading(0, f"Kubernetes API unavailable: {exc}", False,
+                                  "unknown: the API does not answer")
+        except (K8sRejected, ConfigError) as exc:
+            return ClusterReading(0, f"cannot read the node: {exc}", False, "unknown")
+        self._up(None)
+        if node is None:
+            return ClusterReading(0, f"node {node_name} does not exist", False, "unknown")
+        free, detail = cluster.cards_free(node, pods)
+        present, image_detail = self._image_reading(run, node, image)
+        return ClusterReading(free, detail, present, image_detail)
+
+    def launch(self, run: dict) -> None:
+        """Create the run's Job (or its compile Job first); the run becomes ``running``."""
+        self._run_id = run["id"]
+        try:
+            node = self.node()
+        except (K8sError, ConfigError) as exc:
+            raise LaunchError(str(exc)) from None
+        self._before_launch[run["id"]] = {h.pid for h in self._host().holders}
+        self._checked_holders.discard(run["id"])
+        self._end.pop(run["id"], None)
+        precompile = bool(run["config"].get("precompile") or self.k8s.precompile)
+        stage = jobspec.COMPILE if precompile else jobspec.TRAIN
+        name = self._create_job(run, node, stage)
+        self.store.update_run(run["id"], status="running", job_name=name, node=node,
+                              log_since=None, log_offset=0)
+
+    def cancel(self, run: dict) -> None:
+        """Delete the Job (its pod goes with it); ``follow`` then reports ``cancelled``."""
+        self._run_id = run["id"]
+        if not run.get("job_name"):
+            return
+        try:
+            self._delete(run["job_name"], self._pod_names(run["job_name"]))
+            self.store.add_event(run["id"], "cancel", f"deleted Job {run['job_name']}",
+                                 now=self.clock())
+        except K8sError as exc:
+            self.store.add_event(run["id"], "cancel", f"deleting Job {run['job_name']} failed "
+                                 f"({exc}); retrying next tick", now=self.clock())
+
+    def recover(self, run: dict) -> Outcome | None:
+        """After a restart: adopt the run's Job if it is still there, else end the run."""
+        self._run_id = run["id"]
+        name = run.get("job_name")
+        try:
+            if not name:
+                name = self._find_job(run["id"])
+                if name is None:
+                    return Outcome(REQUEUE, "the daemon stopped before the run's Job was created")
+                self.store.update_run(run["id"], job_name=name, status="running")
+            job = self.client.read_job(self.ns, name)
+        except K8sUnavailable as exc:
+            self._down(run["id"], exc)
+            return None  # follow() will find out once the API answers
+        except K8sRejected as exc:
+            return Outcome(FAILED, f"cannot read Job {name}: {exc}")
+        if job is None:
+            if run.get("cancel_requested"):
+                return Outcome(CANCELLED, "cancelled")
+            return Outcome(FAILED, f"Job {self.ns}/{name} was gone when the daemon restarted "
+                                   f"(its log up to then is in trainer.log)")
+        self._checked_holders.add(run["id"])  # it ran before we stopped: not a new race
+        self.store.add_event(run["id"], "adopt", f"adopted Job {self.ns}/{name} after a restart",
+                             now=self.clock())
+        return None
+
+    def follow(self, run: dict) -> Outcome | None:
+        """One look at the run's Job: ingest new log lines; its Outcome once it ended."""
+        self._run_id = run_id = run["id"]
+        name = run.get("job_name")
+        if not name:
+            return Outcome(CANCELLED if run.get("cancel_requested") else FAILED,
+                           "no Job was created for this run")
+        try:
+            outcome = self._follow(run, name)
+        except K8sUnavailable as exc:
+            self._down(run_id, exc)
+            return None
+        except K8sRejected as exc:
+            self.store.add_event(run_id, "k8s_error", str(exc), now=self.clock())
+            return Outcome(FAILED, f"the Kubernetes API refused a request: {exc}")
+        self._up(run_id)
+        return outcome
+
+    # === following ===========================================================
+
+    def _follow(self, run: dict, name: str) -> Outcome | None:
+        run_id = run["id"]
+        # 1. The Job. Gone: cancelled by us, or removed by someone else.
+        job = self.client.read_job(self.ns, name)
+        if job is None:
+            if run.get("cancel_requested"):
+                return Outcome(CANCELLED, "cancelled")
+            return Outcome(FAILED, f"Job {self.ns}/{name} disappeared before it finished"
+                                   + self._tail_suffix(run_id))
+        stage = ((job.get("metadata") or {}).get("labels") or {}).get(jobspec.STAGE_LABEL,
+                                                                        jobspec.TRAIN)
+        # 2. Its pod.
+        pods = self.client.list_pods(self.ns, {jobspec.JOB_LABEL: name})
+        pod = cluster.newest(pods)
+        view = cluster.pod_view(pod, jobspec.CONTAINER) if pod else None
+
+        # 3. A cancel the scheduler asked for: make sure the Job is gone.
+        if run.get("cancel_requested"):
+            if view is not None and view.started:
+                self._read_log(run, view.name, stage)
+            self._delete(name, [p["metadata"]["name"] for p in pods])
+            return Outcome(CANCELLED, "cancelled")
+
+        # 4. An image that cannot be pulled: free the cards in this tick.
+        if view is not None and view.waiting in cluster.PULL_ERRORS:
+            return self._pull_failed(run, name, view)
+        if view is not None and view.waiting in cluster.CONFIG_ERRORS:
+            self._delete(name, [view.name])
+            return Outcome(FAILED, f"{view.waiting}: {view.waiting_message or ''}".strip())
+
+        # 5. The container ran: its node and image digest, the new log lines.
+        if view is not None and view.started:
+            self._note_pod(run, view)
+            self._read_log(run, view.name, stage)
+
+        # 6. Ended? The pod's state first, then the Job's conditions.
+        outcome = self._ended(run, job, view, stage)
+        if outcome is not None:
+            if stage == jobspec.COMPILE and outcome.status == DONE:
+                return self._compiled(run, name)
+            if stage == jobspec.COMPILE:
+                return Outcome(outcome.status, f"compile Job {name}: {outcome.reason}",
+                               outcome.exit_code)
+            return outcome
+
+        # 7. Running: is anyone else on our cards?
+        if view is not None and view.running and stage == jobspec.TRAIN:
+            return self._check_holders(run, name, view)
+        return None
+
+    def _ended(self, run: dict, job: dict, view: cluster.PodView | None,
+               stage: str) -> Outcome | None:
+        run_id = run["id"]
+        condition = cluster.job_condition(job)
+        deadline = (condition is not None and condition[1] == "DeadlineExceeded") or (
+            view is not None and view.reason == "DeadlineExceeded")
+        if deadline:
+            seconds = (job.get("spec") or {}).get("activeDeadlineSeconds")
+            return Outcome(TIMEOUT, f"DeadlineExceeded: the Job ran past its {seconds} s "
+                                    f"deadline" + self._tail_suffix(run_id))
+        if view is not None and (view.reason in cluster.EVICTION_REASONS or view.disrupted
+                                 or view.phase == "Unknown"):
+            if view.phase in ("Failed", "Unknown") or view.deleting:
+                return self._evicted(run, job, view)
+        if view is not None and view.terminated == "OOMKilled":
+            return Outcome(OOM, "OOMKilled: the container ran out of memory"
+                                + self._tail_suffix(run_id), view.exit_code)
+        if view is not None and view.finished:
+            code = view.exit_code
+            if code == 0 or (code is None and view.phase == "Succeeded"):
+                return Outcome(DONE, None, 0)
+            if code == records.EXIT_OOM:
+                return Outcome(OOM, "the trainer ran out of memory" + self._end_suffix(run_id),
+                               code)
+            return Outcome(FAILED, f"exit code {code} ({view.terminated or view.phase})"
+                                   + self._end_suffix(run_id) + self._tail_suffix(run_id), code)
+        if condition is not None:
+            kind, reason, message = condition
+            if kind == "Complete":
+                return Outcome(DONE, None, 0)
+            return Outcome(FAILED, f"Job failed: {reason or ''} {message or ''}".strip()
+                                   + self._tail_suffix(run_id))
+        return None
+
+    def _evicted(self, run: dict, job: dict, view: cluster.PodView) -> Outcome:
+        why = view.reason or view.disrupted or ("node lost" if view.phase == "Unknown" else "")
+        reason = f"pod {view.name} was put out ({why}): {view.message or ''}".strip()
+        self._delete(job["metadata"]["name"], [view.name])
+        if self.k8s.requeue_on_eviction and int(run.get("attempts") or 0) < self.k8s.max_attempts:
+            self.store.add_event(run["id"], "evicted", reason, now=self.clock())
+            return Outcome(REQUEUE, reason)
+        return Outcome(FAILED, reason)
+
+    def _pull_failed(self, run: dict, name: str, view: cluster.PodView) -> Outcome:
+        """Delete the Job at once, keep the first message, requeue (or fail after N tries)."""
+        message = f"{view.waiting}: {view.waiting_message or 'the image cannot be pulled'}"
+        self._delete(name, [view.name])
+        image = self._image(run)
+        self._missing.add(image)
+        self._pulled.pop(image, None)
+        attempts = int(run.get("attempts") or 0)
+        self.store.add_event(run["id"], "image_pull",
+                             f"{message} (attempt {attempts} of {self.k8s.max_attempts}); "
+                             f"deleted Job {name} to free its cards", now=self.clock())
+        if attempts >= self.k8s.max_attempts:
+            return Outcome(FAILED, f"image {image} could not be pulled after {attempts} "
+                                   f"attempts: {message}")
+        return Outcome(REQUEUE, f"image {image} not pulled ({view.waiting}); a pre-pull pod "
+                                f"without a card fetches it before the retry")
+
+    def _compiled(self, run: dict, compile_name: str) -> Outcome | None:
+        """The compile Job succeeded: start the card Job now."""
+        node = run.get("node") or self.node()
+        self.store.add_event(run["id"], "compile", f"compile Job {compile_name} succeeded; "
+                             f"starting the card Job", now=self.clock())
+        name = self._create_job(run, node, jobspec.TRAIN)
+        self.store.update_run(run["id"], job_name=name, log_since=None, log_offset=0)
+        return None
+
+    def _note_pod(self, run: dict, view: cluster.PodView) -> None:
+        changes = {}
+        if view.node and view.node != run.get("node"):
+            changes["node"] = view.node
+        if view.image_id and view.image_id != run.get("image_digest"):
+            changes["image_digest"] = view.image_id
+        if changes:
+            self.store.update_run(run["id"], **changes)
+            run.update(changes)
+
+    def _read_log(self, run: dict, pod_name: str, stage: str) -> None:
+        """New log lines since the cursor: fed to ingest, appended to the run's saved log."""
+        run_id = run["id"]
+        cursor = LogCursor(run.get("log_since"), int(run.get("log_offset") or 0))
+        try:
+            body = self.client.pod_log(self.ns, pod_name, since_time=cursor.since_time,
+                                       container=jobspec.CONTAINER)
+        except K8sRejected as exc:
+            if exc.status == 400:  # the container is not up yet, or already gone
+                return
+            raise
+        lines = cursor.take(body or "")
+        if not lines:
+            return
+        log_file = self.home.run_dir(run_id) / ("compile.log" if stage == jobspec.COMPILE
+                                                else "trainer.log")
+        with open(log_file, "a", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+        fed = self.ingest.feed(run_id, lines)
+        if fed.end is not None:
+            self._end[run_id] = fed.end
+        if fed.new_steps:
+            self._checked_holders.add(run_id)  # the trainer holds its cards and steps
+        self.store.update_run(run_id, log_since=cursor.last, log_offset=cursor.taken_at_last)
+        run.update(log_since=cursor.last, log_offset=cursor.taken_at_last)
+
+    # === device holders ======================================================
+
+    def _host(self):
+        return read_host(tuple(self.config.gates.device_globs), proc=self.proc)
+
+    def _check_holders(self, run: dict, name: str, view: cluster.PodView) -> Outcome | None:
+        """Until the first step: a device holder that is not our pod's deletes the Job."""
+        if run["id"] in self._checked_holders:
+            return None
+        ours, foreign = self._split_holders(self._host().holders, view.uid,
+                                            self._before_launch.get(run["id"], set()))
+        self._own = {h.pid for h in ours}
+        if not foreign:
+            return None
+        first = foreign[0]
+        reason = (f"pid {first.pid} ({first.user}: {first.cmdline[:80]}) holds "
+                  f"{', '.join(first.files[:3])}, and it is not our pod {view.name}")
+        self._delete(name, [view.name])
+        self.store.add_event(run["id"], "foreign_holder", reason + f"; deleted Job {name}",
+                             now=self.clock())
+        if int(run.get("attempts") or 0) >= self.k8s.max_attempts:
+            return Outcome(FAILED, f"a foreign process held the cards: {reason}")
+        return Outcome(REQUEUE, f"a foreign process held the cards: {reason}")
+
+    def _split_holders(self, holders, pod_uid: str | None, before: set[int]):
+        """(ours, foreign): ours when the cgroup names our pod's uid.
+
+        When a holder's cgroup cannot be read (or the pod uid is unknown), a
+        holder seen before the launch counts as foreign, any other as ours.
+        """
+        ours, foreign = [], []
+        keys = {pod_uid, pod_uid.replace("-", "_")} if pod_uid else set()
+        for holder in holders:
+            try:
+                text = (Path(self.proc) / str(holder.pid) / "cgroup").read_text()
+            except OSError:
+                text = None
+            if text is not None and keys:
+                (ours if any(k in text for k in keys) else foreign).append(holder)
+            else:
+                (foreign if holder.pid in before else ours).append(holder)
+        return ours, foreign
+
+    # === images ==============================================================
+
+    def _image_reading(self, run: dict, node: dict, image: str) -> tuple[bool, str]:
+        now = self.clock()
+        if image in self._pulled:
+            return True, f"{image} pulled onto the node by our pre-pull pod"
+        if image not in self._missing and cluster.image_listed(node, image):
+            return True, f"{image} is in the node's status.images"
+        why = ("a pull failed on the node" if image in self._missing
+               else "not in the node's status.images (a capped list: a hint)")
+        if not self._daemon:
+            return False, f"{image}: {why}; the daemon pre-pulls it with a card-less pod"
+        failed = self._prepull_failed.get(image)
+        if failed and now - failed[0] < self.k8s.prepull_timeout:
+            return False, f"{image}: pre-pull failed: {failed[1]}; next try in " \
+                          f"{self.k8s.prepull_timeout - (now - failed[0]):.0f} s"
+        try:
+            return self._prepull(run, node["metadata"]["name"], image, why)
+        except K8sUnavailable as exc:
+            self._down(None, exc)
+            return False, f"{image}: {why}; pre-pull waits for the API"
+        except K8sRejected as exc:
+            return False, f"{image}: {why}; cannot start a pre-pull pod: {exc}"
+
+    def _prepull(self, run: dict, node: str, image: str, why: str) -> tuple[bool, str]:
+        """Start, watch and clean up the pre-pull pod for ``image`` (no card requested)."""
+        name = jobspec.prepull_name(image, node)
+        run_id = run.get("id")
+        pod = self.client.read_pod(self.ns, name)
+        if pod is None:
+            body = jobspec.prepull_pod(self.k8s, name=name, node=node, image=image, run_id=run_id)
+            try:
+                self.client.create_pod(self.ns, body)
+            except K8sConflict:
+                pass  # one of ours from before a restart: watch it
+            self.store.add_event(run_id, "prepull", f"{image}: {why}; pre-pulling on {node} "
+                                 f"with pod {name} (no card)", now=self.clock())
+            return False, f"{image}: {why}; pre-pulling with pod {name}"
+        view = cluster.pod_view(pod)
+        pulled = view.started or view.waiting in ("RunContainerError", "CreateContainerError",
+                                                  "StartError")
+        if pulled:
+            self.client.delete_pod(self.ns, name, grace_seconds=0)
+            self._pulled[image] = self.clock()
+            self._missing.discard(image)
+            self._prepull_failed.pop(image, None)
+            self.store.add_event(run_id, "prepull", f"{image} pulled onto {node} by pod {name}",
+                                 now=self.clock())
+            return True, f"{image} pulled onto the node by our pre-pull pod"
+        if view.waiting == "InvalidImageName" or view.phase == "Failed":
+            message = f"{view.waiting or view.reason or view.phase}: " \
+                      f"{view.waiting_message or view.message or ''}".strip()
+            self.client.delete_pod(self.ns, name, grace_seconds=0)
+            self._prepull_failed[image] = (self.clock(), message)
+            self.store.add_event(run_id, "prepull_failed", f"{image}: {message}",
+                                 now=self.clock())
+            return False, f"{image}: pre-pull failed: {message}"
+        state = view.waiting or view.phase
+        detail = f" ({view.waiting_message})" if view.waiting_message else ""
+        return False, f"{image}: pre-pulling with pod {name}: {state}{detail}"
+
+    # === helpers =============================================================
+
+    def _create_job(self, run: dict, node: str, stage: str) -> str:
+        name = jobspec.job_name(run, stage)
+        image = self._image(run)
+        command = "compile" if stage == jobspec.COMPILE else "train"
+        argv = trainer_argv(run, log_path=None, python="python", cache_dir=self.k8s.cache_dir,
+                            command=command)
+        body = jobspec.job(run, self.k8s, name=name, node=node, image=image, argv=argv,
+                           stage=stage)
+        try:
+            self.client.create_job(self.ns, body)
+        except K8sConflict:
+            existing = self.client.read_job(self.ns, name) or {}
+            labels = (existing.get("metadata") or {}).get("labels") or {}
+            if labels.get(jobspec.RUN_LABEL) != str(run["id"]):
+                raise LaunchError(f"Job {self.ns}/{name} exists and is not this run's") from None
+            self.store.add_event(run["id"], "adopt", f"Job {name} already existed: adopted",
+                                 now=self.clock())
+            return name
+        except K8sError as exc:
+            raise LaunchError(f"cannot create Job {self.ns}/{name}: {exc}") from None
+        cards = run["config"]["cards"] if stage == jobspec.TRAIN else 0
+        self.store.add_event(run["id"], "launch", f"created {stage} Job {self.ns}/{name} on node "
+                             f"{node}: {cards} card(s), image {image}", now=self.clock())
+        return name
+
+    def _pod_names(self, job_name: str) -> list[str]:
+        return [p["metadata"]["name"]
+                for p in self.client.list_pods(self.ns, {jobspec.JOB_LABEL: job_name})]
+
+    def _delete(self, job_name: str, pod_names: list[str]) -> None:
+        """Delete the Job and its pods now: the cards come free without waiting for the GC."""
+        self.client.delete_job(self.ns, job_name)
+        for pod in pod_names:
+            self.client.delete_pod(self.ns, pod)
+
+    def _find_job(self, run_id: int) -> str | None:
+        jobs = self.client.list_jobs(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER,
+                                               jobspec.RUN_LABEL: str(run_id)})
+        job = cluster.newest(jobs)
+        return job["metadata"]["name"] if job else None
+
+    def _end_suffix(self, run_id: int) -> str:
+        end = self._end.get(run_id)
+        return f"; trainer: {end.status}: {end.error}" if end and end.error else ""
+
+    def _tail_suffix(self, run_id: int) -> str:
+        """The last non-record lines of the saved log, for a failed run's reason."""
+        path = self.home.run_dir(run_id) / "trainer.log"
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, 2)
+                fh.seek(max(0, fh.tell() - 65536))
+                text = fh.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        tail = [line for line in text.splitlines()
+                if isinstance(records.parse_line(line), records.LogLine)][-TAIL_LINES:]
+        return ("\n--- log tail ---\n" + "\n".join(tail)) if tail else ""

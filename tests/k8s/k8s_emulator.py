@@ -1,0 +1,203 @@
+"""kmock's Kubernetes emulator on a background event loop, with what rngdctl's tests need.
+
+The official client is synchronous; kmock's server is asyncio. Running the
+server's loop in its own thread lets tests (and bench/k8s_calls_per_tick.py)
+call the launcher directly. What kmock 0.8 lacks, this subclass adds: pod
+logs that honour ``sinceTime`` and ``timestamps``, and SelfSubjectAccessReview
+answers (not stored objects). There is no controller: the test plays the Job
+controller and the kubelet with ``start_pod`` and ``set_pod``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import math
+import threading
+import uuid
+from pathlib import Path
+
+import aiohttp.web
+import attrs
+import kmock
+from kmock._internal import apps
+
+NS = "ml"
+NODE = "rngd-node-1"
+RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs", "v1/namespaces")
+
+
+def stamp(second: float, nanos: int = 0) -> str:
+    moment = dt.datetime.fromtimestamp(int(second), tz=dt.timezone.utc)
+    frac = f".{nanos:09d}".rstrip("0") if nanos else ""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + frac + "Z"
+
+
+@attrs.define(kw_only=True)
+class Emulator(kmock.KubernetesEmulator):
+    logs: dict = attrs.field(factory=dict)  # (namespace, pod) -> [(stamp, text)]
+    denied: set = attrs.field(factory=set)  # {(verb, resource)} SelfSubjectAccessReview says no
+    log_requests: list = attrs.field(factory=list)
+
+    async def _handle(self, request):
+        if request.resource is not None and request.resource.plural == "selfsubjectaccessreviews":
+            attrs_ = (request.data or {}).get("spec", {}).get("resourceAttributes", {})
+            resource = attrs_.get("resource", "")
+            if attrs_.get("subresource"):
+                resource += "/" + attrs_["subresource"]
+            allowed = (attrs_.get("verb"), resource) not in self.denied
+            return aiohttp.web.json_response({
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "status": {"allowed": allowed, "reason": "" if allowed else "RBAC: denied"}})
+        if request.subresource == "log" and request.method.value == "GET":
+            return await self._serve_log(request)
+        return await super()._handle(request)
+
+    async def _serve_log(self, request):
+        # User reactions (faults) still come first.
+        for payload in self._payloads:
+            if math.inf * -1 in payload.priorities:
+                continue  # kmock's own fallbacks: the log is served below
+            if request in payload._source and not payload._disabled.is_set():
+                return await apps.RawHandler._handle(self, request)
+        self.log_requests.append(dict(request.params))
+        lines = self.logs.get((request.namespace, request.name))
+        if lines is None:
+            raise kmock.KubernetesObjectNotFoundError()
+        since = request.params.get("sinceTime")
+        floor = dt.datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp() if since \
+            else None
+        out = []
+        for ts, text in lines:
+            second = dt.datetime.fromisoformat(ts.split(".")[0].rstrip("Z") + "+00:00").timestamp()
+            if floor is not None and second < floor:
+                continue
+            out.append(f"{ts} {text}\n" if request.params.get("timestamps") == "true"
+                       else f"{text}\n")
+        return aiohttp.web.Response(text="".join(out), content_type="text/plain")
+
+
+class Cluster:
+    """A running emulator: its URL, a kubeconfig for it, and helpers to play the cluster."""
+
+    def __init__(self, tmp: Path):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.kmock, self.server = self.call(self._start())
+        self.url = str(self.server.url).rstrip("/")
+        self.kubeconfig = tmp / "kubeconfig"
+        self.kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "emu",
+            "clusters": [{"name": "emu", "cluster": {"server": self.url}}],
+            "users": [{"name": "me", "user": {"token": "t"}}],
+            "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "me",
+                                                     "namespace": NS}}],
+        }))
+
+    def call(self, coro, timeout: float = 10):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def _start(self):
+        emu = Emulator()
+        await emu.__aenter__()
+        server = apps.Server(emu)
+        await server.__aenter__()
+        for resource in RESOURCES:
+            emu.resources[resource] = {}
+        return emu, server
+
+    async def _stop(self):
+        await self.server.__aexit__(None, None, None)
+        await self.kmock.__aexit__(None, None, None)
+
+    def close(self) -> None:
+        try:
+            self.call(self._stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+            self.loop.close()
+
+    # --- requests the client made ---------------------------------------------
+
+    @property
+    def requests(self) -> list:
+        return list(self.kmock._requests)
+
+    # --- objects ----------------------------------------------------------------
+
+    def get(self, resource: str, name: str, namespace: str | None = NS) -> dict | None:
+        key = (resource, namespace, name)
+        if key not in self.kmock.objects:
+            return None
+        obj = self.kmock.objects[key]
+        return None if obj.deleted else json.loads(json.dumps(dict(obj.raw)))
+
+    def names(self, resource: str, namespace: str | None = NS) -> list[str]:
+        return sorted(name for (res, ns, name), obj in self.kmock.objects.items()
+                      if str(res.plural) == resource.rsplit("/", 1)[-1] and ns == namespace
+                      and not obj.deleted)
+
+    def put(self, resource: str, obj: dict, namespace: str | None = NS) -> None:
+        self.kmock.objects[resource, namespace, obj["metadata"]["name"]] = obj
+
+    def patch(self, resource: str, name: str, changes: dict, namespace: str | None = NS) -> None:
+        self.kmock.objects[resource, namespace, name].patch(changes)
+
+    def add_node(self, name: str = NODE, cards: int = 8, images: list[str] = ()) -> None:
+        self.put("v1/nodes", {
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                  "furiosa.ai/npu.family": "rngd"}},
+            "status": {"allocatable": {"cpu": "64", "furiosa.ai/rngd": str(cards)},
+                       "images": [{"names": [i], "sizeBytes": 1} for i in images]},
+        }, namespace=None)
+
+    def add_pod(self, name: str, *, cards: int, namespace: str = "other", node: str = NODE,
+                phase: str = "Running") -> None:
+        self.put("v1/pods", {
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"nodeName": node, "containers": [{
+                "name": "c", "resources": {"limits": {"furiosa.ai/rngd": str(cards)}}}]},
+            "status": {"phase": phase},
+        }, namespace=namespace)
+
+    def start_pod(self, job_name: str, *, state: dict | None = None, phase: str = "Running",
+                  node: str = NODE) -> str:
+        """Play the Job controller: a pod from the Job's template, bound to ``node``."""
+        job = self.get("batch/v1/jobs", job_name)
+        assert job is not None, f"no Job {job_name}"
+        template = job["spec"]["template"]
+        name = f"{job_name}-{uuid.uuid4().hex[:5]}"
+        self.put("v1/pods", {
+            "metadata": {"name": name, "namespace": NS, "uid": str(uuid.uuid4()),
+                         "labels": {**template["metadata"]["labels"], "job-name": job_name},
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {**template["spec"], "nodeName": node},
+            "status": {"phase": phase, "containerStatuses": [{
+                "name": "trainer", "image": template["spec"]["containers"][0]["image"],
+                "imageID": "registry.example/furiosa-llm@sha256:" + "ab" * 32,
+                "state": state or {"running": {"startedAt": "2026-01-01T00:00:01Z"}}}]},
+        })
+        return name
+
+    def set_pod(self, name: str, *, phase: str, state: dict, reason: str | None = None,
+                message: str | None = None) -> None:
+        pod = self.get("v1/pods", name)
+        status = pod["status"]
+        status["phase"] = phase
+        status["containerStatuses"][0]["state"] = state
+        if reason:
+            status["reason"] = reason
+        if message:
+            status["message"] = message
+        # kmock merges dicts but replaces lists: a whole new status replaces the old one.
+        self.patch("v1/pods", name, {"status": status})
+
+    def finish_job(self, name: str, kind: str, reason: str | None = None) -> None:
+        self.patch("batch/v1/jobs", name, {"status": {"conditions": [
+            {"type": kind, "status": "True", "reason": reason or kind}]}})
+
+    def log(self, pod: str, lines: list[tuple[str, str]]) -> None:
+        self.kmock.logs.setdefault((NS, pod), []).extend(lines)
