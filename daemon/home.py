@@ -62,6 +62,12 @@ class K8sConfig:
     requeue_on_eviction: bool = True
     env: dict = field(default_factory=dict)
     volumes: list = field(default_factory=list)
+    # --- appended by the Kubernetes launcher (see docs/design.md) ---
+    request_timeout: float = 15.0  # seconds for one API request (read timeout; connect <= 5)
+    retries: int = 4  # retries of a transient API failure (no answer, 429, 5xx)
+    retry_backoff: float = 0.5  # first backoff in seconds; doubles, full jitter, capped at 8
+    prepull_timeout: int = 900  # seconds a pre-pull pod may take before it counts as failed
+    cache_dir: str | None = None  # compile-cache path inside the container (--cache-dir)
 
 
 @dataclass
