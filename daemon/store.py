@@ -327,7 +327,7 @@ class Store:
     def request_cancel(self, run_id: int, *, now: float | None = None) -> str:
         """Cancel a queued run at once; ask the daemon to stop an active one.
 
-        Returns "cancelled", "requested" or the run's finished status.
+        Returns "cancelled", "requested", or "already <status>" for a run that ended.
         """
         now = time.time() if now is None else now
         changed = self.conn.execute(
@@ -342,7 +342,7 @@ class Store:
             self.update_run(run_id, cancel_requested=1)
             self.add_event(run_id, "cancel", "cancel requested", now=now)
             return "requested"
-        return run["status"]
+        return f"already {run['status']}"
 
     def set_held(self, run_id: int, held: bool) -> None:
         self.update_run(run_id, held=int(held))

@@ -182,7 +182,7 @@ def cancel(home, run_ref):
     elif result == "requested":
         click.echo(f"run {run['id']}: cancel requested; the daemon stops it within a tick")
     else:
-        raise BadInput(f"run {run['id']} already ended ({result})")
+        raise BadInput(f"run {run['id']} has {result.replace('already', 'already ended:')}")
 
 
 def _queued(store, run_ref) -> dict:
@@ -225,15 +225,16 @@ def release(home, run_ref):
 
 @click.command()
 @click.argument("run_ref", metavar="RUN")
-@click.argument("delta", type=int)
+@click.argument("position", type=click.IntRange(min=1))
 @with_home
-def move(home, run_ref, delta):
-    """Move a queued run up (negative) or down (positive) the queue.
+def move(home, run_ref, position):
+    """Move a queued run to POSITION in the queue (1 is the head).
 
-    Example: rngdctl move 5 -1
+    Example: rngdctl move 5 1
     """
     with home.store() as store:
         run = _queued(store, run_ref)
-        store.move(run["id"], delta)
+        now = [r["id"] for r in store.queue()].index(run["id"]) + 1
+        store.move(run["id"], position - now)
         position = [r["id"] for r in store.queue()].index(run["id"]) + 1
     click.echo(f"run {run['id']} is now at position {position}")

@@ -1,0 +1,38 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+# Every subprocess a test starts trains on one thread: the suite runs on 2 cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def home(tmp_path):
+    from daemon.home import Home
+
+    return Home(tmp_path / "home").ensure()
+
+
+@pytest.fixture
+def store(home):
+    with home.store() as s:
+        yield s
+
+
+@pytest.fixture
+def rngdctl(home):
+    """Runs the real CLI in a subprocess: returns (exit code, stdout, stderr)."""
+    import subprocess
+
+    def run(*args, timeout=60, env=None):
+        proc = subprocess.run([sys.executable, "-m", "rngdctl", "--home", str(home.path), *args],
+                              capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})}, cwd=REPO)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return run

@@ -1,0 +1,62 @@
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from daemon.probes import device_holders, read_host
+
+
+@pytest.fixture
+def holder_of():
+    """Starts a process that keeps ``path`` open; yields a function that takes the path."""
+    procs = []
+
+    def start(path):
+        proc = subprocess.Popen([sys.executable, "-c",
+                                 f"f = open({str(path)!r}); import time; time.sleep(60)"])
+        procs.append(proc)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if any(os.readlink(f"/proc/{proc.pid}/fd/{fd}") == str(path)
+                       for fd in os.listdir(f"/proc/{proc.pid}/fd")):
+                    return proc
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("holder did not open the file")
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_process_holding_a_device_path_is_reported_with_its_command_line(tmp_path,
+                                                                              holder_of):
+    device = tmp_path / "rngd" / "npu0pe0-3"
+    device.parent.mkdir()
+    device.touch()
+    proc = holder_of(device)
+    holders, _ = device_holders([str(tmp_path / "rngd" / "*")])
+    mine = [h for h in holders if h.pid == proc.pid]
+    assert mine and mine[0].files == (str(device),)
+    assert "time.sleep(60)" in mine[0].cmdline
+    assert mine[0].started is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_a_holder_is_matched_by_device_number_when_its_path_differs(tmp_path, holder_of):
+    # Inside a container the same card shows under another path: st_rdev is the key.
+    os.mknod(tmp_path / "rngd0", 0o600 | 0o020000, os.stat("/dev/zero").st_rdev)
+    proc = holder_of("/dev/zero")
+    holders, _ = device_holders([str(tmp_path / "rngd*")])
+    assert proc.pid in [h.pid for h in holders]
+
+
+def test_no_device_files_means_no_holders_and_a_load_reading():
+    reading = read_host(("/nonexistent/rngd*",))
+    assert reading.holders == ()
+    assert len(reading.load) == 3

@@ -1,0 +1,143 @@
+import pytest
+
+from daemon.errors import DaemonAlreadyRunning, LaunchError
+from daemon.gates import ClusterReading
+from daemon.launchers.base import REQUEUE, Outcome
+from daemon.probes import HostReading
+from daemon.scheduler import Daemon
+from daemon.store import RUNNING
+
+CONFIG = {"cards": 1, "resident": 0, "steps": 5}
+
+
+class ScriptedLauncher:
+    """A launcher whose runs end when the test says so."""
+
+    name = "scripted"
+
+    def __init__(self):
+        self.launched, self.cancelled = [], []
+        self.outcomes = {}
+        self.fail_launch = False
+
+    def cluster_reading(self, run):
+        return ClusterReading()
+
+    def own_pids(self):
+        return set()
+
+    def launch(self, run):
+        if self.fail_launch:
+            raise LaunchError("no python")
+        self.launched.append(run["id"])
+
+    def follow(self, run):
+        return self.outcomes.pop(run["id"], None)
+
+    def cancel(self, run):
+        self.cancelled.append(run["id"])
+        self.outcomes[run["id"]] = Outcome("cancelled", "cancelled by request")
+
+    def recover(self, run):
+        return Outcome(REQUEUE, "lost")
+
+    def startup(self):
+        pass
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def load():
+    return {"value": 1.0}
+
+
+@pytest.fixture
+def daemon(home, store, load):
+    config = home.config()
+    reading = lambda: HostReading(0.0, (load["value"], 1.0, 1.0), (), True)  # noqa: E731
+    d = Daemon(home, store, config, ScriptedLauncher(), probe=reading)
+    d.start()
+    yield d
+    d.close()
+
+
+def test_an_empty_queue_is_idle(daemon):
+    assert daemon.tick(now=1.0).idle
+
+
+def test_the_head_of_the_queue_launches_when_the_gates_pass(daemon, store):
+    run = store.add_run(CONFIG)
+    assert daemon.tick(now=1.0).launched == run
+    assert store.gate_checks(run_id=run)[-1]["passed"] == 1
+
+
+def test_high_load_blocks_and_the_blocked_check_is_stored(daemon, store, load):
+    load["value"] = 200.0
+    run = store.add_run(CONFIG)
+    assert daemon.tick(now=1.0).launched is None
+    check = store.gate_checks(run_id=run)[-1]
+    assert not check["passed"]
+    assert [g["verdict"] for g in check["gates"] if g["name"] == "host_load"] == ["fail"]
+
+
+def test_gates_must_pass_k_ticks_in_a_row(daemon, store, load):
+    daemon.config.gates.consecutive = 2
+    store.add_run(CONFIG)
+    assert daemon.tick(now=1.0).launched is None
+    load["value"] = 200.0
+    daemon.tick(now=2.0)
+    load["value"] = 1.0
+    assert daemon.tick(now=3.0).launched is None
+    assert daemon.tick(now=4.0).launched is not None
+
+
+def test_never_two_runs_at_once(daemon, store):
+    a, b = store.add_run(CONFIG), store.add_run(CONFIG)
+    daemon.tick(now=1.0)
+    store.update_run(a, status=RUNNING)
+    assert daemon.tick(now=2.0).launched is None
+    daemon.launcher.outcomes[a] = Outcome("done")
+    result = daemon.tick(now=3.0)
+    assert (result.finished, result.launched) == ((a, "done"), b)
+
+
+def test_a_cancel_request_reaches_the_launcher_once(daemon, store):
+    run = store.add_run(CONFIG)
+    daemon.tick(now=1.0)
+    store.request_cancel(run)
+    daemon.tick(now=2.0)
+    assert daemon.launcher.cancelled == [run]
+    assert store.run(run)["status"] == "cancelled"
+
+
+def test_a_launch_that_fails_ends_the_run_with_the_reason(daemon, store):
+    daemon.launcher.fail_launch = True
+    run = store.add_run(CONFIG)
+    daemon.tick(now=1.0)
+    assert store.run(run)["status"] == "failed"
+    assert store.run(run)["exit_reason"] == "no python"
+
+
+def test_a_requeued_run_goes_back_to_the_queue(daemon, store):
+    run = store.add_run(CONFIG)
+    daemon.tick(now=1.0)
+    daemon.launcher.outcomes[run] = Outcome(REQUEUE, "image pull")
+    assert daemon.tick(now=2.0).launched == run
+    assert store.run(run)["attempts"] == 2
+    assert [e["message"] for e in store.events(run_id=run, kinds=["requeue"])] == ["image pull"]
+
+
+def test_a_second_daemon_on_the_same_home_is_refused_with_the_first_ones_pid(daemon, home,
+                                                                              store):
+    import os
+
+    other = Daemon(home, store, home.config(), ScriptedLauncher())
+    with pytest.raises(DaemonAlreadyRunning, match=f"pid {os.getpid()}"):
+        other.start()
+
+
+def test_the_heartbeat_is_stored_every_tick(daemon, store):
+    daemon.tick(now=42.0)
+    assert store.daemon_state()["heartbeat"] == 42.0
