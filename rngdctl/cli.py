@@ -28,6 +28,7 @@ COMMANDS = [
     ("rngdctl.commands.daemon", "gates"),
     ("rngdctl.commands.export", "export"),
     ("rngdctl.commands.demo", "demo"),
+    ("rngdctl.commands.tui", "tui"),
     ("rngdctl.commands.model", "model"),
 ]
 

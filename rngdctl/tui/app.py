@@ -1,0 +1,474 @@
+"""`rngdctl tui`: the live monitor.
+
+The app reads the store only. A thread worker builds a plain-data
+``Snapshot`` (``rngdctl.tui.data``) once a second and posts it; the handler
+copies it into the panels. Actions (cancel, hold, move, submit, export) run
+in their own thread workers through ``Store`` request methods; the daemon does
+the rest. Every worker error is handled in one place.
+
+Entry points: ``run_tui(home, run_id=None, read_only=False)`` and
+``snapshot_text(home, ...)`` (one text frame, for ``--snapshot``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from rich.console import Console
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import DataTable, Footer
+from textual.worker import Worker, WorkerState
+
+from daemon.errors import RngdctlError
+from daemon.home import Home
+from rngdctl.tui.data import DaemonView, RunView, Snapshot, ViewSource, run_label
+from rngdctl.tui.widgets import (
+    ConfirmScreen,
+    CurrentRunPanel,
+    DaemonBar,
+    FilterBar,
+    GatesPanel,
+    HelpScreen,
+    HistoryPanel,
+    HoldersPanel,
+    LogScreen,
+    QueuePanel,
+    RunDetailScreen,
+    SubmitScreen,
+)
+
+REFRESH_S = 1.0
+
+#: Actions that write (to the store, or a note to disk): hidden by --read-only.
+WRITE_ACTIONS = frozenset({"submit", "cancel_run", "toggle_hold", "move", "export"})
+#: Actions that act on the main screen's panels.
+MAIN_ACTIONS = WRITE_ACTIONS | {"filter", "log", "focus_panel", "toggle_pause"}
+
+#: Panel number -> widget id, for the number keys (and the border titles).
+PANELS = {1: "current", 2: "gates", 3: "queue", 4: "history", 5: "holders"}
+PANEL_TITLES = {"current": "current run", "gates": "gates", "queue": "queue",
+                "history": "history", "holders": "device holders"}
+
+
+class RngdApp(App[None]):
+    """The monitor. ``clock`` is injectable so that tests and snapshots are exact."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "rngdctl"
+    ENABLE_COMMAND_PALETTE = False
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (100, "-wide")]
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+        Binding("slash", "filter", "Filter"),
+        Binding("space", "toggle_pause", "Pause"),
+        Binding("l", "log", "Log"),
+        Binding("s", "submit", "Submit"),
+        Binding("c", "cancel_run", "Cancel"),
+        Binding("h", "toggle_hold", "Hold"),
+        Binding("K,shift+up", "move(-1)", "Up", key_display="K"),
+        Binding("J,shift+down", "move(1)", "Down", key_display="J"),
+        Binding("e", "export", "Export"),
+        *(Binding(str(n), f"focus_panel({n})", PANEL_TITLES[name], show=False)
+          for n, name in PANELS.items()),
+    ]
+
+    paused: reactive[bool] = reactive(False)
+    filter_text: reactive[str] = reactive("")
+
+    @dataclass
+    class Refreshed(Message):
+        """A refresh worker read the store."""
+
+        snapshot: Snapshot
+
+    @dataclass
+    class ActionDone(Message):
+        """An action worker finished; ``message`` says what happened."""
+
+        message: str
+
+    @dataclass
+    class DetailLoaded(Message):
+        """A run's detail (view and note preview) is ready."""
+
+        view: RunView
+        note: str
+        now: float
+
+    def __init__(self, home: Home | str | Path | None = None, *, run_ref: int | str | None = None,
+                 read_only: bool = False, clock: Callable[[], float] = time.time,
+                 export_dir: str | Path = "experiments", refresh_s: float = REFRESH_S):
+        super().__init__()
+        self.home = home if isinstance(home, Home) else Home(home)
+        self.run_ref = run_ref
+        self.read_only = read_only
+        self.clock = clock
+        self.export_dir = Path(export_dir)
+        self.refresh_s = refresh_s
+        self.snapshot: Snapshot | None = None
+        self.refresh_error: str | None = None
+        self._source: ViewSource | None = None
+        self._lock = threading.Lock()
+        self._refreshing = False
+
+    # === layout ==============================================================
+
+    def compose(self) -> ComposeResult:
+        yield DaemonBar(id="daemon-bar")
+        with VerticalScroll(id="body"):
+            with Horizontal(id="top"):
+                yield CurrentRunPanel(id="current")
+                with Vertical(id="side"):
+                    yield GatesPanel(id="gates")
+                    yield QueuePanel(id="queue")
+            with Horizontal(id="bottom"):
+                yield HistoryPanel(id="history")
+                yield HoldersPanel(id="holders")
+        yield FilterBar(placeholder="filter runs and holders (Enter keeps, Esc clears)",
+                        id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for n, name in PANELS.items():
+            self.query_one(f"#{name}").border_title = f"[{n}] {PANEL_TITLES[name]}"
+        self.query_one("#daemon-bar", DaemonBar).update("reading the store…")
+        self.refresh_data()
+        self.set_interval(self.refresh_s, self._tick)
+
+    def _tick(self) -> None:
+        if not self.paused and not self._refreshing:
+            self.refresh_data()
+
+    # === data ================================================================
+
+    def _view_source(self) -> ViewSource:
+        # Called with the lock held, in a worker thread: opening may migrate.
+        if self._source is None:
+            store = self.home.store()
+            tick = self.home.config().daemon.tick
+            self._source = ViewSource(store, home=self.home.path, run_ref=self.run_ref,
+                                      clock=self.clock, tick=tick)
+        return self._source
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="refresh")
+    def refresh_data(self) -> None:
+        self._refreshing = True
+        try:
+            with self._lock:
+                snapshot = self._view_source().build()
+        finally:
+            self._refreshing = False
+        self.post_message(self.Refreshed(snapshot))
+
+    @on(Refreshed)
+    def show_snapshot(self, message: Refreshed) -> None:
+        self.snapshot = snapshot = message.snapshot
+        self.refresh_error = None
+        self._show_bar()
+        self.query_one(CurrentRunPanel).show(snapshot.current, snapshot.now)
+        self.query_one(GatesPanel).show(snapshot.gates, snapshot.now)
+        self.query_one(QueuePanel).show(snapshot.queue, self.filter_text)
+        self.query_one(HistoryPanel).show(snapshot.history, snapshot.now, self.filter_text)
+        self.query_one(HoldersPanel).show(snapshot.holders, snapshot.holders_time,
+                                          snapshot.now, self.filter_text)
+        current = snapshot.current
+        self.query_one(CurrentRunPanel).border_title = (
+            "[1] current run" + (f" {run_label({'id': current.run_id, 'name': current.name})}"
+                                 if current else ""))
+
+    def _show_bar(self) -> None:
+        if self.snapshot is None and self.refresh_error is None:
+            return
+        view = (self.snapshot.daemon if self.snapshot
+                else DaemonView("never", home=str(self.home.path)))
+        self.query_one(DaemonBar).show(view, paused=self.paused, read_only=self.read_only,
+                                       filter_text=self.filter_text, error=self.refresh_error)
+
+    def watch_paused(self) -> None:
+        self._show_bar()
+        self.refresh_bindings()
+
+    def watch_filter_text(self) -> None:
+        if self.snapshot is not None:
+            self.post_message(self.Refreshed(self.snapshot))
+
+    @on(Worker.StateChanged)
+    def worker_failed(self, event: Worker.StateChanged) -> None:
+        """The one place worker errors land: a line in the bar, a notification once."""
+        if event.state != WorkerState.ERROR:
+            return
+        error = event.worker.error
+        message = str(error) if isinstance(error, RngdctlError) else (
+            f"{type(error).__name__}: {error}")
+        if event.worker.group == "refresh":
+            if message != self.refresh_error:
+                self.notify(message, title="cannot read the store", severity="error")
+            self.refresh_error = message
+            self._show_bar()
+        else:
+            self.notify(message, title=f"{event.worker.name} failed", severity="error")
+
+    # === keys: panels, help, pause, filter, log ==============================
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if self.read_only and action in WRITE_ACTIONS:
+            return False
+        # On a dialog or the detail screen, the main panels' keys do nothing.
+        return not (action in MAIN_ACTIONS and len(self.screen_stack) > 1)
+
+    def action_focus_panel(self, number: int) -> None:
+        panel = self.query_one(f"#{PANELS[number]}")
+        tables = panel.query(DataTable)
+        (tables.first() if tables else panel).focus()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(read_only=self.read_only))
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused:
+            self.refresh_data()
+
+    def action_filter(self) -> None:
+        bar = self.query_one(FilterBar)
+        bar.add_class("shown")
+        bar.focus()
+
+    @on(FilterBar.Changed)
+    def filter_changed(self, event: FilterBar.Changed) -> None:
+        self.filter_text = event.value.strip()
+
+    @on(FilterBar.Closed)
+    def filter_closed(self, message: FilterBar.Closed) -> None:
+        self.filter_text = message.text
+        bar = self.query_one(FilterBar)
+        bar.remove_class("shown")
+        self.action_focus_panel(3)
+
+    def _panel_of_focus(self) -> str | None:
+        focused = self.focused
+        if focused is None:
+            return None
+        for node in focused.ancestors_with_self:
+            if isinstance(node, Widget) and node.id in PANELS.values():
+                return node.id
+        return None
+
+    def selected_run(self) -> int | None:
+        """The run an action applies to: the queue's or history's cursor row when that
+        panel has focus, else the current run."""
+        panel = self._panel_of_focus()
+        if panel == "queue":
+            return self.query_one(QueuePanel).selected_run
+        if panel == "history":
+            return self.query_one(HistoryPanel).selected_run
+        current = self.snapshot.current if self.snapshot else None
+        return current.run_id if current else None
+
+    def _describe(self, run_id: int) -> str:
+        snap = self.snapshot
+        if snap is not None:
+            if snap.current and snap.current.run_id == run_id:
+                return (f"{run_label({'id': run_id, 'name': snap.current.name})} "
+                        f"({snap.current.status})")
+            for row in snap.queue:
+                if row.run_id == run_id:
+                    return f"{run_label({'id': run_id, 'name': row.name})} (queued)"
+            for row in snap.history:
+                if row.run_id == run_id:
+                    return f"{run_label({'id': run_id, 'name': row.name})} ({row.status})"
+        return f"#{run_id}"
+
+    def action_log(self) -> None:
+        run_id = self.selected_run()
+        if run_id is None:
+            self.notify("no run selected", severity="warning")
+            return
+        self._open_log(run_id)
+
+    @work(thread=True, exit_on_error=False, group="action", name="log")
+    def _open_log(self, run_id: int) -> None:
+        with self._lock:
+            run = self._view_source().store.run(run_id)
+        self.call_from_thread(self.push_screen,
+                              LogScreen(f"log of {self._describe(run_id)}", run.get("log_path")))
+
+    # === history: detail ======================================================
+
+    @on(HistoryPanel.Opened)
+    def open_detail(self, message: HistoryPanel.Opened) -> None:
+        self.push_screen(RunDetailScreen(message.run_id))
+        self.load_detail(message.run_id)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="detail", name="detail")
+    def load_detail(self, run_id: int) -> None:
+        from rngdctl import export
+
+        with self._lock:
+            source = self._view_source()
+            now = self.clock()
+            view = source.run_view(source.store.run(run_id), now)
+            reports = export.build(source.store, [run_id])
+        note = export.render(reports, slug=export.note_slug(reports), now=now)
+        self.post_message(self.DetailLoaded(view, note, now))
+
+    @on(DetailLoaded)
+    def show_detail(self, message: DetailLoaded) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, RunDetailScreen) and screen.run_id == message.view.run_id:
+                screen.show(message.view, message.note, message.now)
+
+    # === actions (hidden by --read-only) ======================================
+
+    @work(thread=True, exit_on_error=False, group="action")
+    def run_action(self, fn: Callable[[ViewSource], str]) -> None:
+        """Run one write against the store in a thread; report what it did."""
+        with self._lock:
+            message = fn(self._view_source())
+        self.post_message(self.ActionDone(message))
+
+    @on(ActionDone)
+    def action_done(self, message: ActionDone) -> None:
+        self.notify(message.message)
+        self.refresh_data()
+
+    def action_cancel_run(self) -> None:
+        run_id = self.selected_run()
+        if run_id is None:
+            self.notify("no run selected", severity="warning")
+            return
+        label = self._describe(run_id)
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                self.notify(f"{label}: not cancelled")
+                return
+
+            def cancel(source: ViewSource) -> str:
+                outcome = source.store.request_cancel(run_id, now=self.clock())
+                return {"cancelled": f"{label}: cancelled",
+                        "requested": f"{label}: cancel requested; the daemon stops it"
+                        }.get(outcome, f"{label}: already {outcome}, nothing to cancel")
+
+            self.run_action(cancel)
+
+        self.push_screen(ConfirmScreen(f"Cancel run {label}?"), answered)
+
+    def _queued_selection(self) -> int | None:
+        if self._panel_of_focus() != "queue":
+            self.notify("select a run in the queue (3) first", severity="warning")
+            return None
+        run_id = self.query_one(QueuePanel).selected_run
+        if run_id is None:
+            self.notify("the queue is empty", severity="warning")
+        return run_id
+
+    def action_toggle_hold(self) -> None:
+        run_id = self._queued_selection()
+        if run_id is None:
+            return
+        held = next((r.held for r in self.snapshot.queue if r.run_id == run_id), False)
+        label = self._describe(run_id)
+
+        def hold(source: ViewSource) -> str:
+            source.store.set_held(run_id, not held)
+            return f"{label}: {'released' if held else 'held'}"
+
+        self.run_action(hold)
+
+    def action_move(self, delta: int) -> None:
+        run_id = self._queued_selection()
+        if run_id is None:
+            return
+        label = self._describe(run_id)
+        table = self.query_one("#queue-table", DataTable)
+        target = max(0, min(table.row_count - 1, table.cursor_row + delta))
+
+        def move(source: ViewSource) -> str:
+            source.store.move(run_id, delta)
+            return f"{label}: moved {'up' if delta < 0 else 'down'}"
+
+        table.move_cursor(row=target, animate=False)
+        self.run_action(move)
+
+    def action_submit(self) -> None:
+        def submitted(config: dict | None) -> None:
+            if config is None:
+                return
+
+            def add(source: ViewSource) -> str:
+                run_id = source.store.add_run(config, name=config.get("name"),
+                                              now=self.clock())
+                return f"queued run #{run_id}"
+
+            self.run_action(add)
+
+        self.push_screen(SubmitScreen(), submitted)
+
+    def action_export(self) -> None:
+        run_id = self.selected_run()
+        if run_id is None:
+            self.notify("no run selected", severity="warning")
+            return
+        self.export_run(run_id)
+
+    def export_run(self, run_id: int) -> None:
+        out = self.export_dir
+        label = self._describe(run_id)
+
+        def export_note(source: ViewSource) -> str:
+            from rngdctl.export import write_note
+
+            note = write_note(source.store, [run_id], out)
+            return f"{label}: note written to {note}"
+
+        self.run_action(export_note)
+
+    # === a text frame =========================================================
+
+    def frame_text(self) -> str:
+        """The screen as plain text, as a person would see it."""
+        width, height = self.size
+        console = Console(width=width, height=height, file=io.StringIO(), record=True,
+                          color_system=None, legacy_windows=False, safe_box=False)
+        console.print(self.screen._compositor.render_update(
+            full=True, screen_stack=self._background_screens))
+        return "\n".join(line.rstrip() for line in console.export_text().splitlines())
+
+
+def run_tui(home: Home | str | Path | None = None, run_id: int | str | None = None,
+            read_only: bool = False) -> None:
+    """Open the monitor on ``home`` (for ``rngdctl tui`` and ``make demo``)."""
+    RngdApp(home, run_ref=run_id, read_only=read_only).run()
+
+
+def snapshot_text(home: Home | str | Path | None = None, run_id: int | str | None = None, *,
+                  read_only: bool = False, size: tuple[int, int] = (120, 40),
+                  clock: Callable[[], float] = time.time) -> str:
+    """One frame of the monitor as text, after its first refresh."""
+
+    async def frame() -> str:
+        app = RngdApp(home, run_ref=run_id, read_only=read_only, clock=clock)
+        async with app.run_test(size=size) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            if app.refresh_error:
+                raise RngdctlError(app.refresh_error)
+            return app.frame_text()
+
+    return asyncio.run(frame())

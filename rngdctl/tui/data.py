@@ -1,0 +1,547 @@
+"""The TUI's view model: plain data built from the store, with no Textual in it.
+
+A refresh worker calls ``ViewSource.build()`` in a thread and hands the
+resulting ``Snapshot`` to the app, which only copies numbers into widgets.
+Steps are read incrementally (only those after the last one seen) and plot
+series are downsampled to a fixed number of buckets keeping each bucket's
+minimum and maximum, so a 100,000-step run costs about what a 100-step one
+does.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon import stats
+from daemon.errors import RngdctlError
+from daemon.store import ACTIVE, FINISHED, QUEUED, Store
+from trainer import records
+
+#: Plot buckets: each keeps its minimum and maximum, so at most twice this many points.
+PLOT_BUCKETS = 120
+#: The host-load sparkline covers this many seconds.
+LOAD_WINDOW_S = 3600.0
+#: A heartbeat older than this many ticks means the daemon is not answering.
+STALE_TICKS = 3
+HISTORY_LIMIT = 50
+EVENTS_LIMIT = 8
+
+
+# === The view model ==========================================================
+
+
+@dataclass(frozen=True)
+class DaemonView:
+    """``state``: alive, stale (no heartbeat lately), stopped, or never (no daemon ran here)."""
+
+    state: str
+    pid: int | None = None
+    launcher: str | None = None
+    node: str | None = None
+    home: str | None = None
+    heartbeat_age: float | None = None
+    since: float | None = None  # stopped: when; alive: started
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class GateRow:
+    name: str
+    reading: str
+    threshold: str
+    verdict: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class GatesView:
+    run_id: int | None = None
+    run_label: str | None = None
+    checked_at: float | None = None
+    passed: bool | None = None
+    rows: tuple[GateRow, ...] = ()
+    blocked_for: float | None = None
+    blocked_by: str | None = None
+    load_now: float | None = None
+    load_series: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    position: int
+    run_id: int
+    name: str | None
+    held: bool
+    cards: int | None
+    resident: int | None
+    steps: int | None
+    model: str | None
+    baseline: bool
+    age: float
+
+
+@dataclass(frozen=True)
+class Series:
+    """A plot's points after downsampling, and how many raw points stand behind them."""
+
+    x: tuple[float, ...] = ()
+    y: tuple[float, ...] = ()
+    points: int = 0
+
+
+@dataclass(frozen=True)
+class RunView:
+    run_id: int
+    name: str | None
+    status: str
+    config: dict
+    label: str  # the pass shown: main, or baseline while the baseline runs
+    step: int | None
+    steps_total: int | None
+    eta: float | None
+    median_s: float | None
+    tok_s: float | None
+    model_s: float | None
+    error: float | None
+    last_loss: float | None
+    #: The newest step's phases: (name, seconds, share of step_s, model's seconds or None).
+    phases: tuple[tuple[str, float, float, float | None], ...]
+    loss: Series
+    step_time: Series
+    events: tuple[tuple[float, str, str], ...]
+    started: float | None
+    ended: float | None
+    exit_reason: str | None
+    log_path: str | None
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    run_id: int
+    name: str | None
+    status: str
+    steps_done: int
+    steps_total: int | None
+    median_s: float | None
+    tok_s: float | None
+    model_s: float | None
+    error: float | None
+    ended: float | None
+    model: str | None
+
+
+@dataclass(frozen=True)
+class HolderRow:
+    pid: int
+    user: str
+    cmdline: str
+    files: tuple[str, ...]
+    age: float | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    home: str
+    daemon: DaemonView
+    gates: GatesView
+    queue: tuple[QueueRow, ...]
+    current: RunView | None
+    history: tuple[HistoryRow, ...]
+    holders: tuple[HolderRow, ...]
+    holders_time: float | None = None
+
+
+# === Downsampling ============================================================
+
+
+def minmax_downsample(xs: list[float], ys: list[float],
+                      buckets: int = PLOT_BUCKETS) -> tuple[list[float], list[float]]:
+    """At most ``2 * buckets`` points: each bucket's minimum and maximum, in x order.
+
+    Spikes survive (a slow step stays visible however long the run), which an
+    average or a stride would hide.
+    """
+    n = len(ys)
+    if n <= 2 * buckets:
+        return list(xs), list(ys)
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        seg = ys[lo:hi]
+        i_min = seg.index(min(seg))
+        i_max = seg.index(max(seg))
+        for i in sorted({i_min, i_max}):
+            out_x.append(xs[lo + i])
+            out_y.append(seg[i])
+    return out_x, out_y
+
+
+# === The step model, where it exists =========================================
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The step model's prediction for a run's main pass."""
+
+    step_s: float
+    phases: dict  # phase -> predicted seconds
+
+
+def predict_run(store: Store, run_id: int, last_main_step: dict) -> Predicted | None:
+    """The step model's prediction for a run from its own baseline pass, or None.
+
+    None when ``daemon.stepmodel`` is not installed, the run has no baseline
+    pass, or the model cannot be fitted from it: the panels then show an en
+    dash. Only the (short) baseline is read; the main pass's shape comes from
+    its newest step, so a long run costs no more than a short one.
+    """
+    try:
+        from daemon import stepmodel
+    except ImportError:
+        return None
+    try:
+        terms = stepmodel.terms_for_run(store, run_id)
+        if terms is None:
+            return None
+        prediction = stepmodel.predict(terms, stepmodel.Shape.of_steps([last_main_step]))
+    except (RngdctlError, ArithmeticError, KeyError, TypeError, ValueError):
+        return None  # a baseline it cannot fit: no prediction, never a crash
+    return Predicted(float(prediction.step_s), dict(prediction.phases))
+
+
+def model_error(model_s: float | None, measured_s: float | None) -> float | None:
+    """(model - measured) / measured, as in the reference record."""
+    if model_s is None or not measured_s:
+        return None
+    return (model_s - measured_s) / measured_s
+
+
+# === Building snapshots ======================================================
+
+
+@dataclass
+class _Series:
+    """Steps of one pass read so far; extended on each refresh."""
+
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    median_s: float | None = None
+    tok_s: float | None = None
+    counted: int = -1  # len(steps) when the medians were computed
+
+    @property
+    def last(self) -> int:
+        return self.steps[-1] if self.steps else 0
+
+    def extend(self, rows: list[tuple]) -> None:
+        for step, loss, step_s, tokens, _t in rows:
+            self.steps.append(step)
+            self.loss.append(math.nan if loss is None else loss)
+            self.step_s.append(step_s)
+            self.tokens.append(tokens)
+
+    def medians(self) -> tuple[float | None, float | None]:
+        """Median step time and tok/s over steps 6-N (all steps while fewer)."""
+        if self.counted != len(self.steps):
+            first = next((i for i, s in enumerate(self.steps)
+                          if s > stats.WARMUP_STEPS), len(self.steps))
+            chosen = slice(first, None) if first < len(self.steps) else slice(None)
+            times, toks = self.step_s[chosen], self.tokens[chosen]
+            self.median_s = statistics.median(times) if times else None
+            median_tokens = statistics.median(toks) if toks else None
+            self.tok_s = (median_tokens / self.median_s
+                          if self.median_s and median_tokens is not None else None)
+            self.counted = len(self.steps)
+        return self.median_s, self.tok_s
+
+
+def _text(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def run_label(run: dict) -> str:
+    return f"#{run['id']}" + (f" {run['name']}" if run.get("name") else "")
+
+
+class ViewSource:
+    """Builds snapshots from one store; keeps per-run caches between refreshes."""
+
+    def __init__(self, store: Store, *, home: str | Path, run_ref: int | str | None = None,
+                 clock: Callable[[], float] = time.time, tick: float = 5.0,
+                 buckets: int = PLOT_BUCKETS):
+        self.store = store
+        self.home = str(home)
+        self.run_ref = run_ref
+        self.clock = clock
+        self.tick = tick
+        self.buckets = buckets
+        self._series: dict[tuple[int, str], _Series] = {}
+        self._finished: dict[int, HistoryRow] = {}
+        self._predicted: dict[int, Predicted | None] = {}
+
+    # --- one refresh ----------------------------------------------------------
+
+    def build(self) -> Snapshot:
+        now = self.clock()
+        queue = self.store.queue()
+        holders, holders_time = self.holders(now)
+        return Snapshot(
+            now=now,
+            home=self.home,
+            daemon=self.daemon(now),
+            gates=self.gates(now, queue),
+            queue=tuple(self._queue_row(r, now) for r in queue),
+            current=self.current(now),
+            history=self.history(),
+            holders=holders,
+            holders_time=holders_time,
+        )
+
+    def daemon(self, now: float) -> DaemonView:
+        row = self.store.daemon_state()
+        if row is None:
+            return DaemonView("never", home=self.home)
+        common = {"pid": row["pid"], "launcher": row["launcher"], "node": row["node"],
+                      "home": row["home"] or self.home,
+                      "heartbeat_age": None if row["heartbeat"] is None else now - row["heartbeat"],
+                      "stop_reason": row["stop_reason"]}
+        if row["stopped"] is not None:
+            return DaemonView("stopped", since=row["stopped"], **common)
+        age = common["heartbeat_age"]
+        if age is not None and age <= max(STALE_TICKS * self.tick, 10.0):
+            return DaemonView("alive", since=row["started"], **common)
+        return DaemonView("stale", since=row["heartbeat"], **common)
+
+    def gates(self, now: float, queue: list[dict]) -> GatesView:
+        loads = self.store.load_series(since=now - LOAD_WINDOW_S)
+        load_series = tuple(load for _, load in loads)
+        load_now = load_series[-1] if load_series else None
+        head = next((r for r in queue if not r["held"]), None)
+        if head is None:
+            return GatesView(load_now=load_now, load_series=load_series)
+        checks = self.store.gate_checks(run_id=head["id"], limit=1)
+        if not checks:
+            return GatesView(run_id=head["id"], run_label=run_label(head), load_now=load_now,
+                             load_series=load_series)
+        check = checks[-1]
+        rows = tuple(GateRow(g.get("name", "?"), _text(g.get("reading")),
+                             _text(g.get("threshold")), g.get("verdict", "n/a"),
+                             g.get("detail") or "")
+                     for g in check["gates"])
+        blocked_for = blocked_by = None
+        if not check["passed"]:
+            since = self.store.blocked_since(head["id"])
+            blocked_for = None if since is None else max(0.0, now - since)
+            blocked_by = "; ".join(r.detail or r.name for r in rows if r.verdict == "fail")
+        return GatesView(run_id=head["id"], run_label=run_label(head),
+                         checked_at=check["time"], passed=bool(check["passed"]), rows=rows,
+                         blocked_for=blocked_for, blocked_by=blocked_by or None,
+                         load_now=load_now, load_series=load_series)
+
+    @staticmethod
+    def _queue_row(run: dict, now: float) -> QueueRow:
+        c = run["config"] or {}
+        return QueueRow(
+            position=run["position"], run_id=run["id"], name=run.get("name"),
+            held=bool(run["held"]), cards=_int(c.get("cards")),
+            resident=_int(c.get("resident", c.get("resident_layers"))),
+            steps=_int(c.get("steps")), model=c.get("model"), baseline=bool(c.get("baseline")),
+            age=max(0.0, now - run["created"]),
+        )
+
+    # --- runs -----------------------------------------------------------------
+
+    def _pass_series(self, run_id: int, label: str) -> _Series:
+        series = self._series.setdefault((run_id, label), _Series())
+        series.extend(self.store.step_series(run_id, label, after_step=series.last))
+        return series
+
+    def _current_run(self) -> dict | None:
+        if self.run_ref is not None:
+            return self.store.run(self.run_ref)
+        active = self.store.active_runs()
+        if active:
+            return active[0]
+        for run in self.store.runs(FINISHED, limit=1):
+            return run
+        return None
+
+    def current(self, now: float) -> RunView | None:
+        run = self._current_run()
+        return None if run is None else self.run_view(run, now)
+
+    def _prediction(self, run: dict, last_main_step: dict | None) -> Predicted | None:
+        # The baseline pass ends before the main pass begins, so once the main
+        # pass has a step the prediction is final: fit it once per run.
+        if run["id"] in self._predicted:
+            return self._predicted[run["id"]]
+        if last_main_step is None:
+            return None
+        value = predict_run(self.store, run["id"], last_main_step)
+        self._predicted[run["id"]] = value
+        return value
+
+    def run_view(self, run: dict, now: float) -> RunView:
+        config = run["config"] or {}
+        main = self._pass_series(run["id"], records.MAIN)
+        label, series = records.MAIN, main
+        if not main.steps and config.get("baseline"):
+            baseline = self._pass_series(run["id"], records.BASELINE)
+            if baseline.steps:
+                label, series = records.BASELINE, baseline
+        median_s, tok_s = series.medians()
+        if label == records.BASELINE:
+            steps_total = _int(config.get("baseline_steps"))
+        else:
+            steps_total = _int(config.get("steps"))
+        step = series.last or None
+        eta = None
+        if run["status"] in ACTIVE and steps_total and median_s is not None:
+            eta = max(0, steps_total - (step or 0)) * median_s
+        last = self.store.last_step(run["id"], label) if step is not None else None
+        predicted = self._prediction(run, last) if label == records.MAIN else None
+        model_s = predicted.step_s if predicted else None
+        phases: tuple = ()
+        if last:
+            step_s = last.get("step_s") or 0.0
+            model_phases = predicted.phases if predicted else {}
+            measured = last.get("phases") or {}
+            order = [p for p in records.PHASES if p in measured]
+            order += sorted(set(measured) - set(order))
+            phases = tuple((name, float(measured[name]),
+                            float(measured[name]) / step_s if step_s else 0.0,
+                            model_phases.get(name))
+                           for name in order)
+        finite = [(s, v) for s, v in zip(series.steps, series.loss) if math.isfinite(v)]
+        loss_x, loss_y = minmax_downsample([s for s, _ in finite], [v for _, v in finite],
+                                           self.buckets)
+        # Step time from step 6 on, as the medians: warm-up would flatten the rest.
+        warm = next((i for i, n in enumerate(series.steps) if n > stats.WARMUP_STEPS), 0)
+        time_x, time_y = minmax_downsample(series.steps[warm:], series.step_s[warm:],
+                                           self.buckets)
+        events = tuple((e["time"], e["kind"], e["message"])
+                       for e in self.store.events(run_id=run["id"], limit=EVENTS_LIMIT))
+        return RunView(
+            run_id=run["id"], name=run.get("name"), status=run["status"], config=config,
+            label=label, step=step, steps_total=steps_total, eta=eta, median_s=median_s,
+            tok_s=tok_s, model_s=model_s, error=model_error(model_s, median_s),
+            last_loss=series.loss[-1] if series.loss else None, phases=phases,
+            loss=Series(tuple(loss_x), tuple(loss_y), len(finite)),
+            step_time=Series(tuple(time_x), tuple(time_y), len(series.steps) - warm),
+            events=events, started=run.get("started"), ended=run.get("ended"),
+            exit_reason=run.get("exit_reason"), log_path=run.get("log_path"),
+        )
+
+    def history(self) -> tuple[HistoryRow, ...]:
+        rows = []
+        for run in self.store.runs(FINISHED, limit=HISTORY_LIMIT):
+            # A finished run does not change: it is read once.
+            cached = self._finished.get(run["id"])
+            if cached is None:
+                cached = self._finished[run["id"]] = self._history_row(run)
+            rows.append(cached)
+        return tuple(rows)
+
+    def _history_row(self, run: dict) -> HistoryRow:
+        config = run["config"] or {}
+        series = self._pass_series(run["id"], records.MAIN)
+        median_s, tok_s = series.medians()
+        last = self.store.last_step(run["id"], records.MAIN) if series.steps else None
+        predicted = self._prediction(run, last)
+        model_s = predicted.step_s if predicted else None
+        return HistoryRow(
+            run_id=run["id"], name=run.get("name"), status=run["status"],
+            steps_done=len(series.steps), steps_total=_int(config.get("steps")),
+            median_s=median_s, tok_s=tok_s, model_s=model_s,
+            error=model_error(model_s, median_s), ended=run.get("ended"),
+            model=config.get("model"),
+        )
+
+    # --- device holders -------------------------------------------------------
+
+    def holders(self, now: float) -> tuple[tuple[HolderRow, ...], float | None]:
+        """Device holders in the newest host sample, and that sample's time."""
+        sample = self.store.latest_sample()
+        if sample is None:
+            return (), None
+        rows = []
+        for h in sample.get("holders") or []:
+            started = h.get("started")
+            rows.append(HolderRow(
+                pid=int(h.get("pid", 0)), user=str(h.get("user", "?")),
+                cmdline=str(h.get("cmdline", "")), files=tuple(h.get("files") or ()),
+                age=None if started is None else max(0.0, now - started),
+            ))
+        return tuple(rows), sample["time"]
+
+
+# === Small formatting shared by widgets and --snapshot =======================
+
+
+def ago(seconds: float | None) -> str:
+    """A short age: 45 s, 14 m, 3 h 05 m, 2 d 4 h; an en dash when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} m"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} m"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def num(value: float | None, spec: str = ".3g", unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:{spec}}{unit}"
+
+
+def percent(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value * 100:+.1f} %"
+
+
+def clock_time(t: float | None) -> str:
+    if t is None:
+        return "–"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+#: Run states by glyph and word, so that neither colour nor glyph alone carries them.
+STATUS_GLYPHS = {
+    QUEUED: "◷", "launching": "↑", "running": "▶", "done": "✓", "failed": "✗", "oom": "✗",
+    "timeout": "⌛", "cancelled": "⊘",
+}
+VERDICT_GLYPHS = {"pass": "✓", "fail": "✗", "n/a": "–"}
+DAEMON_GLYPHS = {"alive": "●", "stale": "◐", "stopped": "○", "never": "○"}
+
+
+def status_text(status: str, held: bool = False) -> str:
+    if held:
+        return "⏸ held"
+    return f"{STATUS_GLYPHS.get(status, '?')} {status}"
