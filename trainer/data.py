@@ -86,18 +86,23 @@ def open_source(spec: str) -> Source:
 def read_nsmc(path: Path) -> list[Example]:
     if not path.is_file():
         raise UsageError(f"NSMC file not found: {path}")
-    examples = []
     with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f):
-            parts = line.rstrip("\n").split("\t")
-            if n == 0 and parts[:3] == ["id", "document", "label"]:
-                continue
-            if len(parts) != 3 or parts[2] not in ("0", "1") or not parts[1].strip():
-                continue  # the corpus has a few empty or broken rows
-            examples.append(Example(NSMC_PROMPT.format(review=parts[1].strip()),
-                                    NSMC_ANSWERS[int(parts[2])]))
+        examples = read_nsmc_lines(f)
     if not examples:
         raise UsageError(f"no NSMC rows (id<TAB>document<TAB>label) in {path}")
+    return examples
+
+
+def read_nsmc_lines(lines) -> list[Example]:
+    examples = []
+    for n, line in enumerate(lines):
+        parts = line.rstrip("\r\n").split("\t")
+        if n == 0 and parts[:3] == ["id", "document", "label"]:
+            continue
+        if len(parts) != 3 or parts[2] not in ("0", "1") or not parts[1].strip():
+            continue  # the corpus has a few empty or broken rows
+        examples.append(Example(NSMC_PROMPT.format(review=parts[1].strip()),
+                                NSMC_ANSWERS[int(parts[2])]))
     return examples
 
 

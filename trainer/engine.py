@@ -415,8 +415,9 @@ class LayerEngine:
                 out = out()
             torch.autograd.backward(out, grad.to(out.device))
             grad = x.grad
-        self.where = "backward of the embedding"
-        torch.autograd.backward(embedded, grad.to(embedded.device))
+        if embedded.requires_grad:  # a frozen embedding (LoRA) needs no backward
+            self.where = "backward of the embedding"
+            torch.autograd.backward(embedded, grad.to(embedded.device))
         return loss.detach()
 
     # --- bookkeeping ---------------------------------------------------------

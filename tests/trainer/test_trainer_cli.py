@@ -1,0 +1,149 @@
+"""``python -m trainer train`` as the daemon's local launcher runs it: the record contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from trainer import records
+from trainer.records import PHASES, End, Event, Malformed, Start, Step
+
+pytestmark = pytest.mark.slow
+
+STEP_EXTRA = ("layers", "cards", "resident_per_card", "offloaded_layers", "resident_layers",
+              "seq_len", "accum", "micro_batch", "params_per_layer")
+START_CONFIG = ("model", "cards", "resident_layers", "steps", "seq_len", "accum", "lr", "data",
+                "seed", "backend", "full", "lora", "layers", "params_per_layer")
+
+LAUNCHER_ARGS = ["--model", "tiny-llama", "--full", "--resident-layers", "1",
+                 "--backend", "cpu,cpu", "--seq-len", "64", "--accum", "2", "--lr", "1e-3",
+                 "--data", "synthetic", "--seed", "0"]
+
+
+def parsed(text: str):
+    out = [records.parse_line(line) for line in text.splitlines() if line.strip()]
+    assert not [r for r in out if isinstance(r, Malformed)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def baseline_run(tmp_path_factory):
+    """One launcher-style run with --baseline, shared by the contract tests below."""
+    tmp = tmp_path_factory.mktemp("run")
+    log = tmp / "run.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RNGDCTL_CACHE": str(tmp / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "train", "--run-id", "r1", *LAUNCHER_ARGS,
+         "--steps", "12", "--log", str(log), "--baseline", "--baseline-steps", "6"],
+        capture_output=True, text=True, env=env, timeout=120, cwd=tmp)
+    return proc, log
+
+
+def test_a_baseline_run_writes_two_passes_and_one_end(baseline_run):
+    proc, log = baseline_run
+    assert proc.returncode == 0, proc.stderr
+    recs = parsed(proc.stdout)
+    kinds = [(type(r).__name__, getattr(r, "config_label", None)) for r in recs
+             if not isinstance(r, Event)]
+    assert kinds == ([("Start", "baseline")] + [("Step", "baseline")] * 6
+                     + [("Start", "main")] + [("Step", "main")] * 12 + [("End", "main")])
+    assert isinstance(recs[-1], End) and recs[-1].status == "ok"
+    # The log file holds exactly what stdout does.
+    assert log.read_text() == proc.stdout
+    # Human lines go to stderr, never into the records.
+    assert "step 12/12" in proc.stderr
+
+
+def test_start_records_carry_the_full_config_versions_commit_and_host(baseline_run):
+    proc, _ = baseline_run
+    starts = [r for r in parsed(proc.stdout) if isinstance(r, Start)]
+    base, main = starts
+    for key in START_CONFIG:
+        assert key in main.config, key
+    assert main.run_id == "r1"
+    assert (base.config["resident_layers"], main.config["resident_layers"]) == (0, 1)
+    assert (base.config["steps"], main.config["steps"]) == (6, 12)
+    assert main.config["cards"] == 2 and main.config["full"] is True
+    assert {"torch", "transformers"} <= set(main.versions)
+    assert main.host and (main.git is None or len(main.git) == 40)
+
+
+def test_step_records_have_phases_that_add_up_and_the_step_model_fields(baseline_run):
+    proc, _ = baseline_run
+    steps = [r for r in parsed(proc.stdout) if isinstance(r, Step)]
+    for s in steps:
+        assert set(s.phases) == set(PHASES)
+        assert abs(sum(s.phases.values()) - s.step_s) <= 0.05 * s.step_s, s
+        assert s.memory["host_rss_gb"] > 0
+        assert s.tokens == 2 * 64
+        for key in STEP_EXTRA:
+            assert key in s.extra, key
+    main = [s for s in steps if s.config_label == "main"]
+    base = [s for s in steps if s.config_label == "baseline"]
+    assert main[0].extra["offloaded_layers"] == 2 and base[0].extra["offloaded_layers"] == 4
+    assert base[0].phases["upload"] > 0 and base[0].phases["host_optim"] > 0
+    # Same seed, same data: the passes start from the same loss whatever the placement.
+    assert main[0].loss == pytest.approx(base[0].loss, rel=1e-5)
+
+
+def test_bad_input_is_one_line_exit_2_without_traceback(trainer_cli):
+    for args in (["--model", "no-such-model"], ["--backend", "tpu"], ["--steps", "0"],
+                 ["--data", "nsmc:/no/such/file"], ["--frobnicate"]):
+        proc = trainer_cli("train", *args)
+        assert proc.returncode == records.EXIT_USAGE, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_furiosa_without_its_package_names_the_package_and_where_it_comes_from(trainer_cli):
+    proc = trainer_cli("train", "--backend", "furiosa:auto", "--steps", "1")
+    assert proc.returncode == records.EXIT_USAGE
+    assert "furiosa-torch" in proc.stderr and "not on PyPI" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_out_of_memory_ends_with_status_oom_naming_layer_and_phase(trainer_cli):
+    proc = trainer_cli("train", *LAUNCHER_ARGS, "--steps", "3",
+                       env={"RNGDCTL_TRAINER_INJECT_OOM": "layer=2,phase=backward"})
+    assert proc.returncode == records.EXIT_OOM
+    end = parsed(proc.stdout)[-1]
+    assert isinstance(end, End) and end.status == "oom"
+    assert "backward of layer 2 on card 1" in end.error
+
+
+def test_sigterm_writes_a_cancelled_end_record_and_exits_promptly(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RNGDCTL_CACHE": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "train", *LAUNCHER_ARGS,
+                             "--steps", "100000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    # Wait for the first step record, then cancel as the daemon does.
+    first = ""
+    while '"kind":"step"' not in first:
+        first = proc.stdout.readline()
+        assert first, proc.stderr.read()
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 5
+    end = parsed(out)[-1]
+    assert isinstance(end, End) and end.status == "cancelled"
+    assert proc.returncode == 128 + signal.SIGTERM
+
+
+def test_compile_on_cpu_says_there_is_nothing_to_compile(trainer_cli):
+    proc = trainer_cli("compile", "--backend", "cpu")
+    assert proc.returncode == 0
+    event = parsed(proc.stdout)[0]
+    assert isinstance(event, Event) and "nothing to compile" in event.message
+
+
+def test_records_are_valid_json_lines(baseline_run):
+    proc, _ = baseline_run
+    for line in proc.stdout.splitlines():
+        assert json.loads(line)["v"] == records.SCHEMA_VERSION

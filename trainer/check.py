@@ -1,0 +1,107 @@
+"""``trainer check``: one forward and backward on a backend against the CPU fp32 reference.
+
+The reference is the plain whole-model forward and backward on the host in
+fp32. The backend runs the layer engine on one card (0 resident layers by
+default, so the upload and download paths are exercised too). Compared: the
+logits, the loss, and each parameter's gradient of each layer, embedding and
+head. The error of a quantity is its max absolute difference; the relative
+error divides that by the reference's max absolute value. Exit 1 when any
+relative error is over the tolerance.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+import torch
+
+from trainer import backends, data, models
+from trainer.engine import LayerEngine
+from trainer.errors import UsageError
+from trainer.records import EXIT_ERROR, EXIT_OK
+
+DEFAULT_RTOL = {"cpu": 1e-4, "cuda": 1e-4, "rngd": 5e-2}
+
+
+@dataclass
+class Row:
+    name: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+
+
+def compare(name: str, got: torch.Tensor, ref: torch.Tensor, rtol: float) -> Row:
+    got, ref = got.detach().double().cpu(), ref.detach().double().cpu()
+    diff = float((got - ref).abs().max()) if ref.numel() else 0.0
+    scale = float(ref.abs().max()) if ref.numel() else 0.0
+    rel = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
+    return Row(name, diff, rel, rel <= rtol)
+
+
+def check(backend_spec: str, model_name: str, seq_len: int, resident: int, seed: int,
+          rtol: float | None = None) -> tuple[list[Row], float]:
+    cards = backends.parse(backend_spec)
+    if len(cards) != 1:
+        raise UsageError("check takes one backend (one card)")
+    backend = cards[0]
+    if rtol is None:
+        rtol = DEFAULT_RTOL.get(backend.kind, 5e-2)
+    spec = models.resolve(model_name)
+    vocab = None if spec.folder else data.SYNTHETIC_VOCAB
+    host = models.build(spec, vocab, seed)
+    ref_model = copy.deepcopy(host)
+    ids, labels = data.synthetic(seq_len, min(host.config.vocab_size, data.SYNTHETIC_VOCAB),
+                                 seed, count=1)
+    mb = data.MicroBatch(ids, torch.ones_like(ids), labels)
+
+    # Reference: the whole model at once on the host, fp32.
+    out = ref_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, labels=mb.labels,
+                    num_items_in_batch=mb.label_tokens)
+    out.loss.backward()
+
+    # The backend: the layer engine on one card.
+    engine = LayerEngine(host, [backend], resident, lr=1e-3, weight_decay=0.0, max_grad_norm=0.0)
+    engine.keep_logits = True
+    result = engine.step([mb], lr=0.0, update=False)
+
+    rows = [compare("logits", engine.last_logits[0], out.logits, rtol),
+            compare("loss", torch.tensor(result.loss), out.loss, rtol)]
+    pieces = [("embed", engine.embed, ref_model.model.embed_tokens)]
+    for s in engine.slots:
+        pieces.append((f"layer {s.index}", s.module, ref_model.model.layers[s.index]))
+    pieces.append(("norm", engine.norm, ref_model.model.norm))
+    if not models.is_tied(host):
+        pieces.append(("head", engine.head, ref_model.lm_head))
+    for label, got_mod, ref_mod in pieces:
+        got = dict(got_mod.named_parameters())
+        worst = None
+        for name, ref_p in ref_mod.named_parameters():
+            if ref_p.grad is None:
+                continue
+            row = compare(f"grad {label}", got[name].grad, ref_p.grad, rtol)
+            if worst is None or row.max_rel > worst.max_rel:
+                worst = row
+        if worst is not None:
+            rows.append(worst)
+    return rows, rtol
+
+
+def run_check(backend_spec: str, model_name: str, seq_len: int, resident: int, seed: int,
+              rtol: float | None, as_json: bool = False) -> int:
+    rows, rtol = check(backend_spec, model_name, seq_len, resident, seed, rtol)
+    ok = all(r.ok for r in rows)
+    if as_json:
+        print(json.dumps({"backend": backend_spec, "rtol": rtol, "ok": ok,
+                          "rows": [asdict(r) for r in rows]}))
+    else:
+        print(f"check {backend_spec} against cpu fp32 ({model_name}, seq {seq_len}, "
+              f"relative tolerance {rtol:g})")
+        print(f"{'quantity':<16} {'max abs err':>12} {'max rel err':>12}")
+        for r in rows:
+            print(f"{r.name:<16} {r.max_abs:>12.3e} {r.max_rel:>12.3e}{'' if r.ok else '  OVER'}")
+        print("ok" if ok else "FAILED: over tolerance", file=sys.stdout if ok else sys.stderr)
+    return EXIT_OK if ok else EXIT_ERROR
