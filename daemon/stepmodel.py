@@ -452,6 +452,10 @@ def card_bytes(target: Shape, params_per_layer: int, edge: int = 0,
     return out
 
 
+def _gb(x: float) -> str:
+    return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
+
+
 def memory_check(target: Shape, *, params_per_layer: int | None, card_gb: float | None,
                  edge: int = 0, tied_head: bool = False) -> MemoryCheck:
     """Whether C x R resident layers fit in each card's memory by the trainer's accounting."""
@@ -461,15 +465,15 @@ def memory_check(target: Shape, *, params_per_layer: int | None, card_gb: float 
     need = [b / 1e9 for b in card_bytes(target, params_per_layer, edge, tied_head)]
     worst = max(range(len(need)), key=lambda c: need[c])
     if card_gb is None:
-        return MemoryCheck(True, need, None, f"needs {need[worst]:.2f} GB on card {worst} "
+        return MemoryCheck(True, need, None, f"needs {_gb(need[worst])} GB on card {worst} "
                            "(weights, gradients, AdamW state); no card memory limit known")
     if need[worst] > card_gb:
         return MemoryCheck(False, need, card_gb, (
             f"{target.cards} x {target.resident_per_card} resident layers would not fit: card "
-            f"{worst} needs {need[worst]:.1f} GB for weights, gradients and AdamW state "
+            f"{worst} needs {_gb(need[worst])} GB for weights, gradients and AdamW state "
             f"({RESIDENT_BYTES} B per resident and {OFFLOADED_BYTES} B per offloaded parameter, "
             f"{params_per_layer:,} per layer), more than its {card_gb:g} GB"))
-    return MemoryCheck(True, need, card_gb, f"fits: card {worst} needs {need[worst]:.2f} GB "
+    return MemoryCheck(True, need, card_gb, f"fits: card {worst} needs {_gb(need[worst])} GB "
                        f"of {card_gb:g} GB before activations")
 
 
