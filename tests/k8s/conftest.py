@@ -61,3 +61,37 @@ def submit(store):
         return store.add_run(validate(options), name=options.get("name"))
 
     return add
+
+
+def start_line(run_id: int) -> str:
+    from trainer import records
+
+    return records.dumps(records.Start(config_label="main", config={"cards": 2},
+                                       run_id=str(run_id), versions={"torch": "2.13.0"},
+                                       git="abc123", host="pod", time=1000.0))
+
+
+def step_line(step: int, loss: float = 2.0) -> str:
+    from trainer import records
+
+    return records.dumps(records.Step(config_label="main", step=step, loss=loss, step_s=1.5,
+                                      tokens=1024, lr=1e-5, time=1000.0 + step))
+
+
+def end_line(status: str = "ok", error: str | None = None) -> str:
+    from trainer import records
+
+    return records.dumps(records.End(status=status, error=error, time=2000.0))
+
+
+@pytest.fixture
+def running(cluster, launcher, store, submit):
+    """A run the scheduler has claimed and launched: (run id, its Job's name)."""
+
+    def launch(**options):
+        run_id = submit(**options)
+        assert store.claim_for_launch(run_id, launcher="k8s")
+        launcher.launch(store.run(run_id))
+        return run_id, store.run(run_id)["job_name"]
+
+    return launch

@@ -126,25 +126,48 @@ class Cluster:
     def requests(self) -> list:
         return list(self.kmock._requests)
 
+    def fail(self, method: str, path: str, times: int, payload=500) -> None:
+        """The next ``times`` requests to ``path`` get ``payload`` (a status, or a coroutine)."""
+        view = self.kmock[method, path]
+        done = len(list(view))  # a slice counts the requests already made
+        view[done:done + times] << payload
+
+    def hang(self, method: str, path: str, times: int, seconds: float) -> None:
+        """The next ``times`` requests to ``path`` answer only after ``seconds``."""
+        async def slow():
+            await asyncio.sleep(seconds)
+            raise NotImplementedError  # kmock: no answer here, serve the request normally
+
+        self.fail(method, path, times, lambda: slow())
+
     # --- objects ----------------------------------------------------------------
 
+    def _items(self, resource: str, namespace: str | None):
+        group = resource.rsplit("/", 2)[0] if resource.count("/") == 2 else ""
+        plural = resource.rsplit("/", 1)[-1]
+        for (res, ns, name), obj in self.kmock.objects.items():
+            if res.plural == plural and res.group == group and ns == namespace \
+                    and not obj.deleted:
+                yield name, obj
+
     def get(self, resource: str, name: str, namespace: str | None = NS) -> dict | None:
-        key = (resource, namespace, name)
-        if key not in self.kmock.objects:
-            return None
-        obj = self.kmock.objects[key]
-        return None if obj.deleted else json.loads(json.dumps(dict(obj.raw)))
+        for found, obj in self._items(resource, namespace):
+            if found == name:
+                return json.loads(json.dumps(dict(obj.raw)))
+        return None
 
     def names(self, resource: str, namespace: str | None = NS) -> list[str]:
-        return sorted(name for (res, ns, name), obj in self.kmock.objects.items()
-                      if str(res.plural) == resource.rsplit("/", 1)[-1] and ns == namespace
-                      and not obj.deleted)
+        return sorted(name for name, _ in self._items(resource, namespace))
 
     def put(self, resource: str, obj: dict, namespace: str | None = NS) -> None:
         self.kmock.objects[resource, namespace, obj["metadata"]["name"]] = obj
 
     def patch(self, resource: str, name: str, changes: dict, namespace: str | None = NS) -> None:
-        self.kmock.objects[resource, namespace, name].patch(changes)
+        for found, obj in self._items(resource, namespace):
+            if found == name:
+                obj.patch(changes)
+                return
+        raise KeyError(f"no {resource} {namespace}/{name}")
 
     def add_node(self, name: str = NODE, cards: int = 8, images: list[str] = ()) -> None:
         self.put("v1/nodes", {

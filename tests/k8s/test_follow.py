@@ -1,0 +1,167 @@
+"""Following a Job to its end: image-pull rescue, OOM, deadline, exit codes, logs."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import end_line, start_line, step_line
+
+from daemon.probes import HostReading
+
+IDLE = HostReading(time=0, load=(1.0, 1.0, 1.0), holders=(), complete=True)
+RUNNING = {"running": {"startedAt": "2026-01-01T00:00:01Z"}}
+
+
+@pytest.fixture
+def daemon(home, store, config, launcher):
+    from daemon.scheduler import Daemon
+
+    launcher.startup()
+    return Daemon(home, store, config, launcher, probe=lambda: IDLE)
+
+
+def test_an_image_pull_error_deletes_the_job_in_one_tick_pre_pulls_and_retries(
+        cluster, daemon, submit, store):
+    run_id = submit()
+    daemon.tick(now=1)
+    assert daemon.tick(now=2).launched == run_id  # gates passed on 2 ticks in a row
+    job = store.run(run_id)["job_name"]
+    pod = cluster.start_pod(job, phase="Pending", state={"waiting": {
+        "reason": "ErrImagePull", "message": "rpc error: manifest unknown"}})
+
+    daemon.tick(now=3)
+    assert cluster.get("batch/v1/jobs", job) is None
+    assert cluster.get("v1/pods", pod) is None  # its cards are free now
+    assert store.run(run_id)["status"] == "queued"
+    messages = [e["message"] for e in store.events(run_id=run_id, kinds=["image_pull"])]
+    assert messages and "ErrImagePull: rpc error: manifest unknown" in messages[0]
+    [prepull] = cluster.names("v1/pods")  # the same tick's gate check started the pre-pull
+    assert "furiosa.ai/rngd" not in str(cluster.get("v1/pods", prepull)["spec"])
+
+    cluster.patch("v1/pods", prepull, {"status": {"phase": "Succeeded", "containerStatuses": [
+        {"name": "prepull", "state": {"terminated": {"exitCode": 0}}}]}})
+    daemon.tick(now=4)
+    assert daemon.tick(now=5).launched == run_id
+    run = store.run(run_id)
+    assert run["attempts"] == 2 and run["job_name"] == f"rngd-{run_id}-a2"
+    assert cluster.get("batch/v1/jobs", run["job_name"]) is not None
+
+
+def test_the_run_fails_with_the_first_pull_message_after_max_attempts(
+        cluster, config, running, launcher, store):
+    config.k8s.max_attempts = 1
+    run_id, job = running()
+    cluster.start_pod(job, phase="Pending", state={"waiting": {
+        "reason": "ImagePullBackOff", "message": "Back-off pulling image"}})
+    outcome = launcher.follow(store.run(run_id))
+    assert outcome.status == "failed"
+    assert "could not be pulled after 1 attempts: ImagePullBackOff" in outcome.reason
+    assert cluster.get("batch/v1/jobs", job) is None
+
+
+def test_oomkilled_ends_the_run_as_oom(cluster, running, launcher, store):
+    run_id, job = running()
+    cluster.start_pod(job, phase="Failed", state={"terminated": {
+        "reason": "OOMKilled", "exitCode": 137}})
+    outcome = launcher.follow(store.run(run_id))
+    assert (outcome.status, outcome.exit_code) == ("oom", 137)
+
+
+def test_a_job_past_its_deadline_ends_the_run_as_timeout(cluster, running, launcher, store):
+    run_id, job = running(deadline=60)
+    cluster.start_pod(job)
+    assert launcher.follow(store.run(run_id)) is None
+    # The Job controller kills the pod and marks the Job failed.
+    for pod in cluster.names("v1/pods"):
+        cluster.kmock.objects["v1/pods", "ml", pod].delete()
+    cluster.finish_job(job, "Failed", "DeadlineExceeded")
+    outcome = launcher.follow(store.run(run_id))
+    assert outcome.status == "timeout" and "60 s deadline" in outcome.reason
+
+
+def test_a_non_zero_exit_fails_the_run_with_the_logs_tail(cluster, running, launcher, store):
+    run_id, job = running()
+    pod = cluster.start_pod(job, phase="Failed", state={"terminated": {
+        "reason": "Error", "exitCode": 1}})
+    cluster.log(pod, [("2026-01-01T00:00:02Z", start_line(run_id)),
+                      ("2026-01-01T00:00:03Z", "Traceback (most recent call last):"),
+                      ("2026-01-01T00:00:03Z", "RuntimeError: rngd0: device lost"),
+                      ("2026-01-01T00:00:04Z", end_line("error", "device lost"))])
+    outcome = launcher.follow(store.run(run_id))
+    assert (outcome.status, outcome.exit_code) == ("failed", 1)
+    assert "trainer: error: device lost" in outcome.reason
+    assert outcome.reason.endswith("RuntimeError: rngd0: device lost")
+
+
+def _evict(cluster, job):
+    pod = cluster.start_pod(job)
+    cluster.set_pod(pod, phase="Failed", state={"terminated": {"exitCode": 137}},
+                    reason="Evicted", message="The node was low on resource: memory.")
+
+
+def test_an_evicted_pod_requeues_the_run_when_the_config_says_so(cluster, running, launcher,
+                                                                store):
+    run_id, job = running()
+    _evict(cluster, job)
+    outcome = launcher.follow(store.run(run_id))
+    assert outcome.status == "requeue" and "Evicted" in outcome.reason
+
+
+def test_an_evicted_pod_fails_the_run_when_requeue_is_off(cluster, running, launcher, store,
+                                                         config):
+    config.k8s.requeue_on_eviction = False
+    run_id, job = running()
+    _evict(cluster, job)
+    outcome = launcher.follow(store.run(run_id))
+    assert outcome.status == "failed" and "low on resource: memory" in outcome.reason
+
+
+def test_a_finished_run_has_every_step_its_log_digest_node_and_versions(
+        cluster, running, launcher, store, home):
+    run_id, job = running()
+    pod = cluster.start_pod(job)
+    cluster.log(pod, [("2026-01-01T00:00:02.5Z", start_line(run_id)),
+                      ("2026-01-01T00:00:03.1Z", "compiling graphs"),
+                      ("2026-01-01T00:00:03.2Z", step_line(1))])
+    assert launcher.follow(store.run(run_id)) is None
+    cluster.log(pod, [("2026-01-01T00:00:04Z", step_line(2)),
+                      ("2026-01-01T00:00:05Z", end_line())])
+    cluster.set_pod(pod, phase="Succeeded", state={"terminated": {"exitCode": 0,
+                                                                  "reason": "Completed"}})
+    outcome = launcher.follow(store.run(run_id))
+    assert outcome.status == "done"
+    run = store.run(run_id)
+    assert [s["step"] for s in store.steps(run_id)] == [1, 2]
+    assert run["image_digest"].startswith("registry.example/furiosa-llm@sha256:")
+    assert run["node"] == "rngd-node-1"
+    assert run["versions"] == {"torch": "2.13.0"}
+    saved = (home.run_dir(run_id) / "trainer.log").read_text().splitlines()
+    assert saved[1] == "compiling graphs" and len(saved) == 5
+
+
+def test_a_dropped_log_stream_resumes_with_since_time_without_duplicates(
+        cluster, running, launcher, store, home):
+    run_id, job = running()
+    pod = cluster.start_pod(job)
+    # Two lines in the same second, then the read fails (a dropped stream).
+    cluster.log(pod, [("2026-01-01T00:00:07.100Z", step_line(1)),
+                      ("2026-01-01T00:00:07.2Z", step_line(2))])
+    assert launcher.follow(store.run(run_id)) is None
+    cluster.fail("get", f"/api/v1/namespaces/ml/pods/{pod}/log", times=3)
+    cluster.log(pod, [("2026-01-01T00:00:07.300Z", step_line(3))])
+    assert launcher.follow(store.run(run_id)) is None  # retries ran out: nothing read
+    cluster.log(pod, [("2026-01-01T00:00:08Z", step_line(4))])
+    assert launcher.follow(store.run(run_id)) is None
+
+    assert cluster.kmock.log_requests[-1]["sinceTime"] == "2026-01-01T00:00:07Z"
+    assert [s["step"] for s in store.steps(run_id)] == [1, 2, 3, 4]
+    saved = (home.run_dir(run_id) / "trainer.log").read_text().splitlines()
+    assert len(saved) == 4  # the second 00:00:07 was read twice, stored once
+    assert store.events(run_id=run_id, kinds=["k8s_unavailable"])
+
+
+def test_a_partial_last_line_waits_for_its_newline():
+    from daemon.k8s.logs import LogCursor
+
+    cursor = LogCursor()
+    assert cursor.take("2026-01-01T00:00:01Z a\n2026-01-01T00:00:02Z b-partial") == ["a"]
+    assert cursor.take("2026-01-01T00:00:01Z a\n2026-01-01T00:00:02Z b-whole\n") == ["b-whole"]

@@ -1,0 +1,94 @@
+"""Adoption after a daemon restart, Jobs the store does not know, cancel, foreign holders."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import step_line
+
+
+def _new_launcher(home, store, config, proc):
+    from daemon.ingest import Ingest
+    from daemon.launchers.k8s import K8sLauncher
+
+    return K8sLauncher(home=home, store=store, config=config, ingest=Ingest(store), proc=str(proc))
+
+
+def test_a_restarted_daemon_adopts_the_running_job_and_ingests_on_without_duplicates(
+        cluster, running, launcher, home, store, config, proc):
+    run_id, job = running()
+    pod = cluster.start_pod(job)
+    cluster.log(pod, [("2026-01-01T00:00:02Z", step_line(1)),
+                      ("2026-01-01T00:00:02.5Z", step_line(2))])
+    launcher.follow(store.run(run_id))
+    launcher.close()  # the daemon is killed
+
+    cluster.log(pod, [("2026-01-01T00:00:02.9Z", step_line(3))])
+    again = _new_launcher(home, store, config, proc)
+    again.startup()
+    assert again.recover(store.run(run_id)) is None
+    assert again.follow(store.run(run_id)) is None
+    assert [s["step"] for s in store.steps(run_id)] == [1, 2, 3]
+    assert len((home.run_dir(run_id) / "trainer.log").read_text().splitlines()) == 3
+    assert store.events(run_id=run_id, kinds=["adopt"])
+    again.close()
+
+
+def test_a_run_whose_job_vanished_while_the_daemon_was_down_fails(cluster, running, launcher,
+                                                                 store):
+    run_id, job = running()
+    cluster.kmock.objects["batch/v1/jobs", "ml", job].delete()
+    outcome = launcher.recover(store.run(run_id))
+    assert outcome.status == "failed" and "gone when the daemon restarted" in outcome.reason
+
+
+def test_a_job_of_ours_the_store_does_not_know_is_reported_and_left_alone(cluster, running,
+                                                                         launcher, store):
+    run_id, job = running()
+    store.finish_run(run_id, "failed", reason="lost track")  # as if another home launched it
+    launcher.startup()
+    [event] = store.events(kinds=["unknown_job"])
+    assert f"Job ml/{job} (run {run_id}) is ours but not active" in event["message"]
+    assert cluster.get("batch/v1/jobs", job) is not None
+
+
+def test_cancel_deletes_the_job_and_the_run_ends_cancelled(cluster, running, launcher, store):
+    run_id, job = running()
+    pod = cluster.start_pod(job)
+    store.request_cancel(run_id)
+    launcher.cancel(store.run(run_id))
+    assert cluster.get("batch/v1/jobs", job) is None
+    assert cluster.get("v1/pods", pod) is None
+    assert launcher.follow(store.run(run_id)).status == "cancelled"
+
+
+def _holder(proc, pid: int, cgroup: str | None) -> None:
+    d = proc / str(pid)
+    (d / "fd").mkdir(parents=True)
+    os.symlink("/dev/rngd/npu0pe0", d / "fd" / "3")
+    (d / "cmdline").write_bytes(b"python\0serve.py\0")
+    if cgroup is not None:
+        (d / "cgroup").write_text(cgroup)
+
+
+def test_a_device_holder_outside_our_pod_deletes_the_job_and_requeues(cluster, running,
+                                                                      launcher, store, proc):
+    run_id, job = running()
+    pod = cluster.start_pod(job)
+    uid = cluster.get("v1/pods", pod)["metadata"]["uid"]
+    _holder(proc, 4242, f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/cri-x\n")
+    _holder(proc, 999, "0::/user.slice/user-1000.slice/session-3.scope\n")
+    outcome = launcher.follow(store.run(run_id))
+    assert outcome.status == "requeue" and outcome.reason.startswith(
+        "a foreign process held the cards: pid 999")
+    assert cluster.get("batch/v1/jobs", job) is None
+    assert launcher.own_pids() == {4242}
+
+
+def test_our_pods_own_device_holder_is_not_foreign(cluster, running, launcher, store, proc):
+    run_id, job = running()
+    pod = cluster.start_pod(job)
+    uid = cluster.get("v1/pods", pod)["metadata"]["uid"]
+    _holder(proc, 4242, f"12:devices:/kubepods/besteffort/pod{uid}/abc\n")
+    assert launcher.follow(store.run(run_id)) is None
+    assert cluster.get("batch/v1/jobs", job) is not None
