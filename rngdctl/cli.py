@@ -26,6 +26,7 @@ COMMANDS = [
     ("rngdctl.commands.runs", "move"),
     ("rngdctl.commands.daemon", "daemon"),
     ("rngdctl.commands.daemon", "gates"),
+    ("rngdctl.commands.doctor", "doctor"),
     ("rngdctl.commands.export", "export"),
     ("rngdctl.commands.demo", "demo"),
     ("rngdctl.commands.tui", "tui"),

@@ -1,0 +1,128 @@
+"""``rngdctl doctor``: is this machine and this cluster ready for the k8s launcher?
+
+Each check says ✓ or ✗ with what it found and, when it fails, the fix. The
+checks run in order; a check that needs the API is skipped (✗, "not
+checked") when the API does not answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from daemon.home import Config
+from daemon.k8s import cluster as readings
+from daemon.k8s.jobspec import RESOURCE
+
+#: (verb, resource, subresource, group, namespaced): what the daemon does.
+PERMISSIONS = [
+    *[(verb, "jobs", None, "batch", True) for verb in ("create", "get", "list", "watch",
+                                                       "delete")],
+    *[(verb, "pods", None, "", True) for verb in ("get", "list", "watch", "create", "delete")],
+    ("get", "pods", "log", "", True),
+    ("get", "nodes", None, "", False),
+    ("list", "nodes", None, "", False),
+    ("list", "pods", None, "", False),  # pods of every namespace on the node: cards in use
+]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_checks(config: Config, *, proc: str = "/proc") -> list[Check]:
+    """Every check, in order; never raises for a cluster problem."""
+    from daemon.k8s.client import K8sClient, K8sError
+    from daemon.probes import read_host
+
+    k8s = config.k8s
+    checks: list[Check] = []
+    try:
+        client, conn = K8sClient.from_config(k8s)
+        client.retries = min(client.retries, 1)
+    except K8sError as exc:
+        checks.append(Check("kubeconfig", False, str(exc),
+                            "set KUBECONFIG, create ~/.kube/config, or pass --context"))
+        client = None
+    else:
+        checks.append(Check("kubeconfig", True, f"{conn.source}, context {conn.context or '-'}, "
+                                                f"server {conn.server}"))
+    try:
+        if client is not None:
+            checks += _api_checks(client, config)
+    finally:
+        if client is not None:
+            client.close()
+
+    host = read_host(tuple(config.gates.device_globs), proc=proc)
+    checks.append(Check(
+        "/proc visible", host.complete,
+        "every process is visible (root): device holders are seen" if host.complete
+        else host.visibility_note,
+        "run the daemon as root with the host's PID namespace (deploy/daemon-on-node.yaml)"))
+    k = config.gates.consecutive
+    checks.append(Check(
+        "race safety", k >= 2, f"gates must pass on {k} tick(s) in a row",
+        "set [gates] consecutive = 2 in config.toml (the k8s launcher raises 1 to 2 itself)"))
+    return checks
+
+
+def _api_checks(client, config: Config) -> list[Check]:
+    from daemon.k8s.client import K8sError
+
+    k8s = config.k8s
+    out: list[Check] = []
+    try:
+        version = client.version()
+    except K8sError as exc:
+        fix = "check the server address and your network; `kubectl get --raw /version`"
+        return out + [Check("API answers", False, str(exc), fix)]
+    out.append(Check("API answers", True, f"Kubernetes {version.get('gitVersion', '?')}"))
+
+    for verb, resource, sub, group, namespaced in PERMISSIONS:
+        what = resource + (f"/{sub}" if sub else "")
+        where = f"in namespace {k8s.namespace}" if namespaced else "cluster-wide"
+        try:
+            allowed, reason = client.access_review(
+                verb=verb, resource=resource, group=group, subresource=sub,
+                namespace=k8s.namespace if namespaced else None)
+        except K8sError as exc:
+            out.append(Check(f"may {verb} {what}", False, str(exc), "see the API check"))
+            continue
+        fix = ("kubectl apply -f deploy/rbac.yaml (Role for jobs and pods, ClusterRole for "
+               "nodes and pods)")
+        out.append(Check(f"may {verb} {what}", allowed,
+                         f"{where}" + (f": {reason}" if reason else ""), "" if allowed else fix))
+
+    node_name = k8s.node
+    try:
+        if not node_name:
+            with_cards = [n["metadata"]["name"] for n in client.list_nodes()
+                          if (readings.allocatable_cards(n) or 0) > 0]
+            if len(with_cards) != 1:
+                return out + [Check("node", False, f"[k8s] node is not set; nodes with "
+                                    f"{RESOURCE}: {', '.join(with_cards) or 'none'}",
+                                    "set [k8s] node = \"NAME\" in config.toml")]
+            node_name = with_cards[0]
+        node = client.read_node(node_name)
+    except K8sError as exc:
+        return out + [Check("node", False, str(exc), "see the API and permission checks")]
+    if node is None:
+        return out + [Check("node", False, f"node {node_name} does not exist",
+                            "kubectl get nodes; set [k8s] node in config.toml")]
+    cards = readings.allocatable_cards(node)
+    out.append(Check("node", bool(cards), f"{node_name}: {cards or 0} allocatable {RESOURCE}",
+                     "" if cards else "install the Furiosa device plugin on the node"))
+    listed = readings.image_listed(node, k8s.image)
+    out.append(Check("image", listed,
+                     f"{k8s.image} is on {node_name}" if listed
+                     else f"{k8s.image} is not in {node_name}'s status.images (a capped list)",
+                     "" if listed else "the daemon pre-pulls it with a card-less pod; or pull "
+                                       "it on the node now"))
+    return out

@@ -1,0 +1,49 @@
+"""rngdctl doctor against the emulator: each check's mark, detail and fix."""
+
+from __future__ import annotations
+
+from k8s_emulator import NODE
+
+
+def _checks(config, proc):
+    from daemon.k8s.doctor import run_checks
+
+    return {c.name: c for c in run_checks(config, proc=str(proc))}
+
+
+def test_doctor_passes_every_cluster_check_on_a_ready_cluster(cluster, config, proc):
+    checks = _checks(config, proc)
+    assert checks["kubeconfig"].ok and "context emu" in checks["kubeconfig"].detail
+    assert checks["API answers"].ok and "v1.26" in checks["API answers"].detail
+    assert checks["may create jobs"].ok and checks["may get pods/log"].ok
+    assert checks["may list nodes"].ok
+    assert checks["node"].detail == f"{NODE}: 8 allocatable furiosa.ai/rngd"
+    assert checks["image"].ok
+
+
+def test_doctor_names_a_missing_permission_and_the_fix(cluster, config, proc):
+    cluster.kmock.denied.add(("delete", "jobs"))
+    check = _checks(config, proc)["may delete jobs"]
+    assert not check.ok and "deploy/rbac.yaml" in check.fix
+
+
+def test_doctor_says_when_race_safety_is_off_and_how_to_fix_it(cluster, config, proc):
+    check = _checks(config, proc)["race safety"]
+    assert not check.ok and check.fix.startswith("set [gates] consecutive = 2")
+
+
+def test_doctor_without_a_kubeconfig_says_how_to_get_one(tmp_path, monkeypatch, config, proc):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    check = _checks(config, proc)["kubeconfig"]
+    assert not check.ok and "KUBECONFIG" in check.fix
+
+
+def test_the_doctor_command_prints_marks_and_exits_1_on_a_failed_check(cluster, home, rngdctl):
+    home.config_path.write_text(
+        '[k8s]\nnamespace = "ml"\nnode = "rngd-node-1"\nimage = "absent:1"\nretries = 0\n')
+    code, out, err = rngdctl("doctor", env={"KUBECONFIG": str(cluster.kubeconfig)})
+    assert code == 1, err
+    assert "✓ API answers: Kubernetes v1.26" in out
+    assert "✗ image: absent:1 is not in rngd-node-1's status.images" in out
+    assert "    fix: the daemon pre-pulls it" in out
