@@ -274,7 +274,8 @@ def fit(baseline_steps: list[dict], baseline_config: dict | None = None, *,
                       f"{resident_label}, {_range(rchosen)}, less the baseline's embed and head")
     else:
         device = Term("device_optim", host.seconds, "resident layer",
-                      f"{ESTIMATED}: equal to the host optimizer per layer (no resident pass)")
+                      f"{ESTIMATED}: equal to the host optimizer per layer, "
+                      "for want of a resident pass")
 
     return Terms(
         baseline=shape,
@@ -512,7 +513,7 @@ class Baseline:
 
 
 def baseline_of(store, run_id: int) -> Baseline | None:
-    """The run's all-offload pass: its baseline pass, else its main pass when that has 0 resident."""
+    """The run's all-offload pass: its baseline pass, else its main pass if it has 0 resident."""
     for label in (BASELINE, MAIN):
         steps = store.steps(run_id, label)
         if not steps:

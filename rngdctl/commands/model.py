@@ -21,7 +21,8 @@ def _ms(seconds: float) -> str:
 @click.option("--cards", type=click.IntRange(min=1), required=True, help="Cards to predict.")
 @click.option("--resident", type=click.IntRange(min=0), required=True,
               help="Resident layers per card to predict.")
-@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length (default: the baseline's).")
+@click.option("--seq-len", type=click.IntRange(min=1),
+              help="Sequence length (default: the baseline's).")
 @click.option("--accum", type=click.IntRange(min=1), help="Accumulation (default: the baseline's).")
 @click.option("--card-gb", type=click.FloatRange(min=0, min_open=True),
               help="Card memory for the fit check (default: what the backend fixes; cpu: none).")
@@ -70,7 +71,7 @@ def format_answer(answer) -> str:
         lines.append(f"  {phase:<14}{_ms(p.phases[phase]):>12}{_ms(base_split[phase]):>12}")
     lines += ["", "  terms:"]
     for t in terms.all():
-        lines.append(f"  {t.name:<19}{_ms(t.seconds):>12} per {t.per:<26} {t.source}")
+        lines.append(f"  {t.name:<19}{_ms(t.seconds):>12} per {t.per}; {t.source}")
     if p.estimated_terms:
         lines.append(f"  estimated: {', '.join(p.estimated_terms)}")
     m = answer.memory

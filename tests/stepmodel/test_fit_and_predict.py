@@ -1,4 +1,4 @@
-"""The model on synthetic logs made from known terms: fitting recovers them, predictions are exact."""
+"""Synthetic logs made from known terms: fitting recovers the terms, predictions are exact."""
 
 from __future__ import annotations
 
