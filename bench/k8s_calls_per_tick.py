@@ -21,15 +21,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "k8s")]
 
-from k8s_emulator import NODE, NS, Cluster  # noqa: E402
+from k8s_emulator import NODE, NS, Cluster
 
-from daemon.home import Home  # noqa: E402
-from daemon.ingest import Ingest  # noqa: E402
-from daemon.launchers.k8s import K8sLauncher  # noqa: E402
-from daemon.probes import HostReading  # noqa: E402
-from daemon.runspec import validate  # noqa: E402
-from daemon.scheduler import Daemon  # noqa: E402
-from trainer import records  # noqa: E402
+from daemon.home import Home
+from daemon.ingest import Ingest
+from daemon.launchers.k8s import K8sLauncher
+from daemon.probes import HostReading
+from daemon.runspec import validate
+from daemon.scheduler import Daemon
+from trainer import records
 
 IMAGE = "registry.example/furiosa-llm:2026.1"
 TICKS = 20

@@ -22,11 +22,11 @@ import json
 import logging
 import os
 import random
-import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import urllib3
 from kubernetes import client as k8s_client
@@ -153,7 +153,7 @@ class K8sClient:
         self.calls: collections.Counter[str] = collections.Counter()
 
     @classmethod
-    def from_config(cls, k8s, *, on_event=None) -> tuple["K8sClient", Connection]:
+    def from_config(cls, k8s, *, on_event=None) -> tuple[K8sClient, Connection]:
         """A client for a ``K8sConfig`` (context, timeout and retry settings)."""
         api, conn = connect(k8s.context)
         return cls(api, timeout=float(k8s.request_timeout), retries=int(k8s.retries),
@@ -205,7 +205,7 @@ class K8sClient:
                     kind = K8sConflict if status == 409 else K8sRejected
                     raise kind(f"{op}: {message}", status) from None
                 last = message
-            except (urllib3.exceptions.HTTPError, OSError, socket.timeout) as exc:
+            except (TimeoutError, urllib3.exceptions.HTTPError, OSError) as exc:
                 last = f"{type(exc).__name__}: {str(exc)[:160]}"
                 retry_after = None
             if attempt < self.retries:

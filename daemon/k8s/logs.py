@@ -36,7 +36,7 @@ def parse_time(stamp: str) -> tuple[int, int] | None:
 
 def second_of(key: tuple[int, int]) -> str:
     """The ``sinceTime`` value for a timestamp: its whole second, in UTC."""
-    moment = dt.datetime.fromtimestamp(key[0], tz=dt.timezone.utc)
+    moment = dt.datetime.fromtimestamp(key[0], tz=dt.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -312,10 +312,10 @@ class K8sLauncher:
             seconds = (job.get("spec") or {}).get("activeDeadlineSeconds")
             return Outcome(TIMEOUT, f"DeadlineExceeded: the Job ran past its {seconds} s "
                                     f"deadline" + self._tail_suffix(run_id))
-        if view is not None and (view.reason in cluster.EVICTION_REASONS or view.disrupted
-                                 or view.phase == "Unknown"):
-            if view.phase in ("Failed", "Unknown") or view.deleting:
-                return self._evicted(run, job, view)
+        put_out = view is not None and (view.reason in cluster.EVICTION_REASONS
+                                        or view.disrupted or view.phase == "Unknown")
+        if put_out and (view.phase in ("Failed", "Unknown") or view.deleting):
+            return self._evicted(run, job, view)
         if view is not None and view.terminated == "OOMKilled":
             return Outcome(OOM, "OOMKilled: the container ran out of memory"
                                 + self._tail_suffix(run_id), view.exit_code)
@@ -464,8 +464,8 @@ class K8sLauncher:
             return False, f"{image}: {why}; the daemon pre-pulls it with a card-less pod"
         failed = self._prepull_failed.get(image)
         if failed and now - failed[0] < self.k8s.prepull_timeout:
-            return False, f"{image}: pre-pull failed: {failed[1]}; next try in " \
-                          f"{self.k8s.prepull_timeout - (now - failed[0]):.0f} s"
+            wait = self.k8s.prepull_timeout - (now - failed[0])
+            return False, f"{image}: pre-pull failed: {failed[1]}; next try in {wait:.0f} s"
         try:
             return self._prepull(run, node["metadata"]["name"], image, why)
         except K8sUnavailable as exc:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from k8s_emulator import NODE, NS, Cluster
 
 from daemon.home import Config
-from k8s_emulator import NODE, NS, Cluster
 
 IMAGE = "registry.example/furiosa-llm:2026.1"
 

@@ -29,7 +29,7 @@ RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs", "v1/namespaces")
 
 
 def stamp(second: float, nanos: int = 0) -> str:
-    moment = dt.datetime.fromtimestamp(int(second), tz=dt.timezone.utc)
+    moment = dt.datetime.fromtimestamp(int(second), tz=dt.UTC)
     frac = f".{nanos:09d}".rstrip("0") if nanos else ""
     return moment.strftime("%Y-%m-%dT%H:%M:%S") + frac + "Z"
 
@@ -66,11 +66,10 @@ class Emulator(kmock.KubernetesEmulator):
         if lines is None:
             raise kmock.KubernetesObjectNotFoundError()
         since = request.params.get("sinceTime")
-        floor = dt.datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp() if since \
-            else None
+        floor = dt.datetime.fromisoformat(since).timestamp() if since else None
         out = []
         for ts, text in lines:
-            second = dt.datetime.fromisoformat(ts.split(".")[0].rstrip("Z") + "+00:00").timestamp()
+            second = dt.datetime.fromisoformat(ts.split(".")[0].rstrip("Z") + "Z").timestamp()
             if floor is not None and second < floor:
                 continue
             out.append(f"{ts} {text}\n" if request.params.get("timestamps") == "true"
