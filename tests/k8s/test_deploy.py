@@ -1,0 +1,46 @@
+"""deploy/: the RBAC grants exactly what the doctor checks, and the example config loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def _rules(kind: str) -> set[tuple[str, str, str]]:
+    docs = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
+    return {(group, resource, verb)
+            for doc in docs if doc["kind"] == kind
+            for rule in doc["rules"]
+            for group in rule["apiGroups"] for resource in rule["resources"]
+            for verb in rule["verbs"]}
+
+
+def test_the_rbac_grants_every_permission_the_doctor_checks_and_no_more():
+    from daemon.k8s.doctor import PERMISSIONS
+
+    wanted_ns = {(g, r + (f"/{s}" if s else ""), v) for v, r, s, g, ns in PERMISSIONS if ns}
+    wanted_cluster = {(g, r + (f"/{s}" if s else ""), v)
+                      for v, r, s, g, ns in PERMISSIONS if not ns}
+    assert _rules("Role") == wanted_ns
+    assert _rules("ClusterRole") == wanted_cluster
+
+
+def test_the_daemon_example_sees_the_hosts_processes_and_devices():
+    deployment = yaml.safe_load((DEPLOY / "daemon-on-node.yaml").read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    assert pod["containers"][0]["securityContext"]["runAsUser"] == 0
+    assert {"name": "dev-rngd", "hostPath": {"path": "/dev/rngd"}} in pod["volumes"]
+
+
+def test_the_example_config_loads_and_its_volumes_build():
+    from daemon.home import parse_config
+    from daemon.k8s.jobspec import volumes
+
+    config = parse_config((DEPLOY / "config.toml.example").read_text())
+    assert config.gates.consecutive == 2 and config.daemon.launcher == "k8s"
+    _, mounts = volumes(config.k8s)
+    assert [m["mountPath"] for m in mounts] == ["/models", "/cache"]
