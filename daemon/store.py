@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-import sqlite_utils
-
 from daemon.errors import NoSuchRun, StoreVersionError
 from trainer import records
 
@@ -179,7 +177,6 @@ class Store:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
         self.conn = conn
-        self.db = sqlite_utils.Database(conn)
         self._migrate()
 
     def close(self) -> None:
@@ -194,7 +191,9 @@ class Store:
     # --- schema version ------------------------------------------------------
 
     def schema_version(self) -> int:
-        if not self.db["meta"].exists():
+        has_meta = self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+        if not has_meta:
             return 0
         row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         return int(row[0]) if row else 0
