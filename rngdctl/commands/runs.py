@@ -94,7 +94,8 @@ def runs(home, as_json, show_all):
 
 def run_details(store, run_ref) -> dict:
     """Everything ``show`` prints, as data."""
-    from daemon import stats
+    from daemon import stats, stepmodel
+    from daemon.errors import ModelFitError
     from daemon.store import ACTIVE
 
     run = store.run(run_ref)
@@ -104,6 +105,11 @@ def run_details(store, run_ref) -> dict:
         total = run["config"]["steps"] if label == "main" else None
         passes[label] = stats.summarize(steps, total).as_dict()
     checks = store.gate_checks(run_id=run["id"], limit=5)
+    try:
+        comparison = stepmodel.for_run(store, run["id"])
+        model = comparison.as_dict() if comparison else None
+    except ModelFitError as exc:
+        model = {"error_message": str(exc)}
     return {
         "run": run,
         "active": run["status"] in ACTIVE,
@@ -112,6 +118,7 @@ def run_details(store, run_ref) -> dict:
         "pre_submit_load_range": stats.gate_load_range(store.gate_checks(run_id=run["id"])),
         "load_range": stats.load_range(store.samples(run_id=run["id"])),
         "events": store.events(run_id=run["id"], limit=20),
+        "model": model,
     }
 
 
@@ -147,6 +154,13 @@ def show(home, as_json, run_ref):
             + (f" [IQR {iqr[0]:.3f}-{iqr[1]:.3f}]" if iqr else "")
             + f", {fmt(p['tokens_per_s'], ',.0f')} tok/s, last loss {fmt(p['last_loss'], '.4f')}"
             + (f", {p['nonfinite_losses']} non-finite losses" if p["nonfinite_losses"] else ""))
+    model = details["model"]
+    if model and "error_message" in model:
+        click.echo(f"  step model: {model['error_message']}")
+    elif model:
+        click.echo(f"  step model (from the baseline pass): model {model['model_s']:.3f} s, "
+                   f"measured {model['measured_s']:.3f} s, error {model['error']:+.1%}; "
+                   f"furthest phase: {model['worst_phase']}")
     lr = details["load_range"]
     if lr:
         click.echo(f"  host load during the run: {lr[0]:.1f}-{lr[1]:.1f}")

@@ -1,0 +1,47 @@
+import json
+
+from daemon import stepmodel
+from daemon.ingest import Ingest
+from trainer import records
+
+
+def passes(layers=4, resident=2, n=12):
+    """A baseline and a main pass with known phase timings."""
+    lines = []
+    for label, res in (("baseline", 0), ("main", resident)):
+        config = {"cards": 1, "resident_layers": res, "layers": layers, "seq_len": 64,
+                  "accum": 2}
+        lines.append(records.dumps(records.Start(label, config, time=0.0)))
+        offloaded = layers - res
+        for i in range(1, n + 1):
+            phases = {"fwd_bwd": 0.100, "upload": 0.002 * offloaded,
+                      "download": 0.001 * offloaded, "host_optim": 0.004 * offloaded,
+                      "device_optim": 0.001 + 0.003 * res, "wait": 0.0}
+            extra = {"layers": layers, "cards": 1, "resident_per_card": res,
+                     "offloaded_layers": offloaded, "resident_layers": res, "seq_len": 64,
+                     "accum": 2, "micro_batch": 1}
+            lines.append(records.dumps(records.Step(
+                label, i, 3.0 - i * 0.01, sum(phases.values()) * (1 + 0.01 * (i % 3)), 128,
+                1e-3, phases, extra=extra, time=float(i))))
+    return lines
+
+
+def test_show_reports_the_step_models_own_numbers(store, rngdctl):
+    run = store.add_run({"cards": 1, "resident": 2, "steps": 12, "model": "tiny-llama"})
+    Ingest(store).feed(run, passes())
+    expected = stepmodel.for_run(store, run)
+    code, out, _ = rngdctl("show", str(run), "--json")
+    model = json.loads(out)["model"]
+    assert code == 0
+    assert model["error"] == expected.error
+    assert model["iqr_s"] == list(expected.iqr)
+    _, text, _ = rngdctl("show", str(run))
+    assert f"error {expected.error:+.1%}" in text
+
+
+def test_show_of_a_run_without_a_baseline_has_no_model_line(store, rngdctl):
+    run = store.add_run({"cards": 1, "resident": 2, "steps": 12, "model": "tiny-llama"})
+    Ingest(store).feed(run, [line for line in passes() if '"baseline"' not in line])
+    _, text, _ = rngdctl("show", str(run))
+    assert "step model" not in text
+    assert "main: 12/12 steps" in text
