@@ -17,6 +17,7 @@ import csv
 import json
 import math
 import re
+import statistics
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,6 +31,10 @@ from trainer import records
 #: The 6-N median may differ from the 6-25 median by this fraction before the
 #: note says that step time drifted.
 DRIFT_TOLERANCE = 0.05
+
+#: The loss table has at most this many rows: past it, the 50-step ranges after
+#: step 100 widen to 100, 200, 500, 1000... steps (a 100,000-step run: 20,000).
+MAX_LOSS_ROWS = 12
 
 #: At most this many event lines per run in the note (repeats are folded
 #: first); the data folder's events.csv has them all.
@@ -67,7 +72,16 @@ def _sig(x: float) -> str:
 
 
 def secs(x: float | None) -> str:
-    return f"{_sig(x)} s" if _finite(x) else _DASH
+    """A duration in s, ms or µs with three significant digits: 4.43 s, 18.4 ms, 32.0 µs."""
+    if not _finite(x):
+        return _DASH
+    if abs(x) < 1e-9:  # a difference of medians that is zero up to rounding
+        return "0 s"
+    if abs(x) >= 1:
+        return f"{_sig(x)} s"
+    if abs(x) >= 1e-3:
+        return f"{_sig(x * 1e3)} ms"
+    return f"{_sig(x * 1e6)} µs"
 
 
 def rate(x: float | None) -> str:
@@ -159,7 +173,9 @@ def describe_recipe(config: dict) -> str:
         parts.append(f"lr {lr:g}" if isinstance(lr, (int, float)) else f"lr {lr}")
     data = _get(config, "data")
     if data is not None:
-        parts.append(str(data))
+        # "nsmc:/home/kim/nsmc/ratings_test.txt" reads as "nsmc:ratings_test.txt".
+        kind, sep, path = str(data).partition(":")
+        parts.append(f"{kind}:{Path(path).name}" if sep and "/" in path else str(data))
     seed = _get(config, "seed")
     if seed is not None:
         parts.append(f"seed {seed}")
@@ -325,7 +341,7 @@ def collect(store: Store, ref: int | str) -> RunReport:
         drift=stats.drift(steps),
         # Fitted to the steps the run reached, so a run stopped at 37 of 200
         # has no empty rows.
-        loss_rows=stats.loss_table(steps, last) if steps else [],
+        loss_rows=loss_rows(steps),
         host_load=stats.load_range(samples),
         gates=summarize_gates(checks),
         gate_checks=checks,
@@ -335,6 +351,48 @@ def collect(store: Store, ref: int | str) -> RunReport:
     if baseline:
         report.model_rows, report.model_notes = model_rows(store, report)
     return report
+
+
+def _widths():
+    scale = 100
+    while True:
+        yield from (scale, 2 * scale, 5 * scale)
+        scale *= 10
+
+
+def _coarse_ranges(last: int) -> list[tuple[int, int]]:
+    """1-25, 26-50, 51-100, then ranges ending at multiples of 100, 200, 500, 1000...
+
+    The smallest width that keeps the table within MAX_LOSS_ROWS rows.
+    """
+    head = [(1, 25), (26, 50), (51, 100)]
+    for width in _widths():
+        ends = list(range(max(width, 200), last, width)) + [last]
+        if len(head) + len(ends) <= MAX_LOSS_ROWS:
+            break
+    firsts = [101] + [end + 1 for end in ends[:-1]]
+    return head + list(zip(firsts, ends))
+
+
+def loss_rows(steps: list[dict]) -> list[stats.LossRow]:
+    """The loss table by step range, fitted to the steps the run reached.
+
+    A run stopped at 37 of 200 has no empty rows; a long run's ranges widen so
+    that the table keeps at most MAX_LOSS_ROWS rows.
+    """
+    if not steps:
+        return []
+    last = steps[-1]["step"]
+    if len(stats.loss_ranges(last)) <= MAX_LOSS_ROWS:
+        return stats.loss_table(steps, last)
+    rows = []
+    for first, end in _coarse_ranges(last):
+        chosen = [s for s in steps if first <= s["step"] <= end]
+        finite = [s["loss"] for s in chosen if s["loss"] is not None and math.isfinite(s["loss"])]
+        rows.append(stats.LossRow(
+            first, end, len(chosen), statistics.fmean(finite) if finite else None,
+            statistics.median(s["step_s"] for s in chosen) if chosen else None))
+    return rows
 
 
 # === The step model ===========================================================
@@ -352,13 +410,18 @@ def model_rows(store: Store, report: RunReport) -> tuple[list[ModelRow], list[st
     label = describe_placement(report.config)
     measured_row = ModelRow(label, stats.median_step_s(report.steps),
                             stats.tokens_per_s(report.steps))
-    try:
-        comparison = stepmodel.for_run(store, report.id)
-    except ModelFitError as exc:
-        return [baseline_row, measured_row], [f"The step model gave no prediction: {exc}."]
-    if comparison is None:
+    if not report.steps:
         return [baseline_row], [("The run has no steps of the asked config to compare with "
                                 "the model.")]
+    try:
+        # stepmodel.for_run(store, id), without reading the main pass's steps
+        # again (100,000 of them take seconds to decode); a test checks that
+        # the two agree.
+        terms = stepmodel.terms_for_run(store, report.id)
+        target = stepmodel.Shape.of_steps(report.steps)
+        comparison = stepmodel.compare(stepmodel.predict(terms, target), report.steps)
+    except ModelFitError as exc:
+        return [baseline_row, measured_row], [f"The step model gave no prediction: {exc}."]
     report.comparison = comparison
     rows = [baseline_row, ModelRow(label, comparison.measured_s,
                                    comparison.measured_tokens_per_s, comparison.model_s,
@@ -388,7 +451,7 @@ def _one_or_each(reports: list[RunReport], value) -> str:
 def _code(report: RunReport) -> str:
     git = report.run.get("git")
     versions = report.run.get("versions") or {}
-    parts = [f"git {git}" if git else "git commit not recorded"]
+    parts = [f"git {git[:12]}" if git else "git commit not recorded"]
     parts += [f"{name} {version}" for name, version in sorted(versions.items())]
     return ", ".join(parts)
 

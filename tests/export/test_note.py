@@ -56,9 +56,10 @@ def test_the_pre_submit_checks_give_their_count_blockers_and_load_range(store, r
 
 
 def test_verification_names_code_recipe_hardware_and_launch(store, recorded, tmp_path):
-    text = note_for(store, [recorded(drifting_steps(), config={"deadline": 900})], tmp_path)
+    config = {"deadline": 900, "data": "nsmc:/home/kim/nsmc/ratings_test.txt"}
+    text = note_for(store, [recorded(drifting_steps(), config=config)], tmp_path)
     assert "- Code: git b3cb03b, torch 2.13.0." in text
-    assert "- Recipe: tiny-llama, S=64, accum 2, lr 0.001, synthetic, seed 0." in text
+    assert "- Recipe: tiny-llama, S=64, accum 2, lr 0.001, nsmc:ratings_test.txt, seed 0." in text
     assert "- Hardware: backend cpu, host box, no image digest (not a container run)." in text
     assert "one run at a time, deadline 900 s." in text
 
@@ -118,6 +119,13 @@ def test_an_unknown_run_is_refused_before_anything_is_written(store, recorded, t
     assert not (tmp_path / "experiments").exists()
 
 
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (4.4321, "4.43 s"), (0.0184, "18.4 ms"), (0.000032, "32.0 µs"), (1e-17, "0 s"),
+    (None, "–"), (float("nan"), "–")])
+def test_durations_read_in_seconds_milliseconds_or_microseconds(seconds, shown):
+    assert secs(seconds) == shown
+
+
 # === the step model ==========================================================
 
 SHAPE = {"layers": 4, "cards": 1, "seq_len": 64, "accum": 2}
@@ -141,9 +149,9 @@ def test_a_run_with_a_baseline_gets_the_model_against_measured_table(store, reco
     # 2 of 4 layers offloaded at accum 2: 0.1 + 0.04 + 0.04 + 0.02 + 0.03 = 0.23 s.
     text = note_for(store, [baseline_run(recorded)], tmp_path)
     assert ("| run | step | tok/s | model | error |\n| --- | --- | --- | --- | --- |\n"
-            "| baseline (1 card, all offload) | 0.310 s | 413 | – | – |\n"
-            "| 1 card × 2 resident layers | 0.250 s | 512 | 0.230 s | -8.0 % |\n") in text
-    assert "| device_optim | 0.0100 s | resident layer | estimated:" in text
+            "| baseline (1 card, all offload) | 310 ms | 413 | – | – |\n"
+            "| 1 card × 2 resident layers | 250 ms | 512 | 230 ms | -8.0 % |\n") in text
+    assert "| device_optim | 10.0 ms | resident layer | estimated:" in text
 
 
 def test_the_model_table_agrees_with_the_step_model_module(store, recorded, tmp_path):
@@ -160,5 +168,14 @@ def test_a_baseline_without_phase_timings_says_why_there_is_no_model(store, reco
     run = recorded(steps, config={"steps": 30, "baseline": True},
                    baseline_config={"cards": 1, "resident": 0})
     text = note_for(store, [run], tmp_path)
-    assert "| 1 card × 2 resident layers | 0.250 s | 512 | – | – |" in text
+    assert "| 1 card × 2 resident layers | 250 ms | 512 | – | – |" in text
     assert "The step model gave no prediction: cannot fit: the baseline has no" in text
+
+
+def test_a_long_run_keeps_a_short_loss_table_with_round_ranges(store, recorded, tmp_path):
+    steps = [make_step(n, 1.0, 2.0) for n in range(1, 2001)]
+    text = note_for(store, [recorded(steps, config={"steps": 2000})], tmp_path)
+    table = text.split("| --- | --- | --- |\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [row.split(" | ")[0] for row in table] == [
+        "| 1–25", "| 26–50", "| 51–100", "| 101–500", "| 501–1000", "| 1001–1500",
+        "| 1501–2000"]
