@@ -39,6 +39,9 @@ class Emulator(kmock.KubernetesEmulator):
     logs: dict = attrs.field(factory=dict)  # (namespace, pod) -> [(stamp, text)]
     denied: set = attrs.field(factory=set)  # {(verb, resource)} SelfSubjectAccessReview says no
     log_requests: list = attrs.field(factory=list)
+    #: When set, plays the Job controller and kubelet: a created Job gets a pod that has
+    #: already succeeded with these log lines (for end-to-end runs of the daemon).
+    autopilot: list | None = None
 
     async def _handle(self, request):
         if request.resource is not None and request.resource.plural == "selfsubjectaccessreviews":
@@ -52,7 +55,25 @@ class Emulator(kmock.KubernetesEmulator):
                 "status": {"allowed": allowed, "reason": "" if allowed else "RBAC: denied"}})
         if request.subresource == "log" and request.method.value == "GET":
             return await self._serve_log(request)
-        return await super()._handle(request)
+        response = await super()._handle(request)
+        if self.autopilot is not None and request.action == kmock.action.CREATE \
+                and request.resource.plural == "jobs":
+            self._succeed(request.data)
+        return response
+
+    def _succeed(self, job: dict) -> None:
+        meta, template = job["metadata"], job["spec"]["template"]
+        name = meta["name"] + "-auto"
+        self.objects["v1/pods", meta["namespace"], name] = {
+            "metadata": {"name": name, "namespace": meta["namespace"], "uid": str(uuid.uuid4()),
+                         "labels": template["metadata"]["labels"]},
+            "spec": {**template["spec"], "nodeName": NODE},
+            "status": {"phase": "Succeeded", "containerStatuses": [{
+                "name": "trainer", "imageID": "registry.example/x@sha256:" + "cd" * 32,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]},
+        }
+        self.logs[meta["namespace"], name] = [
+            (stamp(1_767_225_600 + i), line) for i, line in enumerate(self.autopilot)]
 
     async def _serve_log(self, request):
         # User reactions (faults) still come first.
