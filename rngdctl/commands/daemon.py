@@ -40,10 +40,7 @@ def daemon(home, launcher, tick, exit_when_idle, context, namespace):
     config = home.config()
     if tick is not None:
         config.daemon.tick = tick
-    if context:
-        config.k8s.context = context
-    if namespace:
-        config.k8s.namespace = namespace
+    _k8s_overrides(config, context, namespace)
     with home.store() as store:
         loop = Daemon(home, store, config, _build(home, launcher, store, config),
                       exit_when_idle=exit_when_idle)
@@ -51,18 +48,30 @@ def daemon(home, launcher, tick, exit_when_idle, context, namespace):
         loop.run()
 
 
-def read_gates(home, launcher_name: str | None, cards: int | None) -> dict:
+def _k8s_overrides(config, context: str | None, namespace: str | None):
+    if context:
+        config.k8s.context = context
+    if namespace:
+        config.k8s.namespace = namespace
+    return config
+
+
+def read_gates(home, launcher_name: str | None, cards: int | None, *,
+               context: str | None = None, namespace: str | None = None) -> dict:
     """Read the probes now and evaluate every gate for the head of the queue."""
     from daemon import gates
     from daemon.probes import read_host
 
-    config = home.config()
+    config = _k8s_overrides(home.config(), context, namespace)
     with home.store() as store:
         head = store.head_of_queue()
         need = cards or (int(head["config"]["cards"]) if head else 1)
         launcher = _build(home, launcher_name, store, config)
         host = read_host(tuple(config.gates.device_globs))
-        cluster = launcher.cluster_reading(head or {"id": None, "config": {"cards": need}})
+        try:
+            cluster = launcher.cluster_reading(head or {"id": None, "config": {"cards": need}})
+        finally:
+            launcher.close()
         result = gates.evaluate(host=host, cluster=cluster, cards=need,
                                 active=store.active_runs(), load_max=config.gates.load_max)
     return {
@@ -79,14 +88,16 @@ def read_gates(home, launcher_name: str | None, cards: int | None) -> dict:
 @click.option("--launcher", type=click.Choice(["local", "k8s"]), help="Launcher to ask.")
 @click.option("--cards", type=click.IntRange(min=1),
               help="Cards to check for (default: the head of the queue's, else 1).")
+@click.option("--context", help="kubeconfig context (k8s launcher).")
+@click.option("--namespace", help="Namespace (k8s launcher).")
 @json_option
 @with_home
-def gates(home, launcher, cards, as_json):
+def gates(home, launcher, cards, context, namespace, as_json):
     """Read the probes now and print each gate's reading, threshold and verdict.
 
     Example: rngdctl gates --json
     """
-    reading = read_gates(home, launcher, cards)
+    reading = read_gates(home, launcher, cards, context=context, namespace=namespace)
     if as_json:
         echo_json(reading)
         return
