@@ -30,7 +30,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerFailed, WorkerState
 
 from daemon.errors import RngdctlError
 from daemon.home import Home
@@ -336,7 +336,7 @@ class RngdApp(App[None]):
     # === actions (hidden by --read-only) ======================================
 
     @work(thread=True, exit_on_error=False, group="action")
-    def run_action(self, fn: Callable[[ViewSource], str]) -> None:
+    def write_store(self, fn: Callable[[ViewSource], str]) -> None:
         """Run one write against the store in a thread; report what it did."""
         with self._lock:
             message = fn(self._view_source())
@@ -365,7 +365,7 @@ class RngdApp(App[None]):
                         "requested": f"{label}: cancel requested; the daemon stops it"
                         }.get(outcome, f"{label}: already {outcome}, nothing to cancel")
 
-            self.run_action(cancel)
+            self.write_store(cancel)
 
         self.push_screen(ConfirmScreen(f"Cancel run {label}?"), answered)
 
@@ -389,7 +389,7 @@ class RngdApp(App[None]):
             source.store.set_held(run_id, not held)
             return f"{label}: {'released' if held else 'held'}"
 
-        self.run_action(hold)
+        self.write_store(hold)
 
     def action_move(self, delta: int) -> None:
         run_id = self._queued_selection()
@@ -404,7 +404,7 @@ class RngdApp(App[None]):
             return f"{label}: moved {'up' if delta < 0 else 'down'}"
 
         table.move_cursor(row=target, animate=False)
-        self.run_action(move)
+        self.write_store(move)
 
     def action_submit(self) -> None:
         def submitted(config: dict | None) -> None:
@@ -416,7 +416,7 @@ class RngdApp(App[None]):
                                               now=self.clock())
                 return f"queued run #{run_id}"
 
-            self.run_action(add)
+            self.write_store(add)
 
         self.push_screen(SubmitScreen(), submitted)
 
@@ -437,7 +437,7 @@ class RngdApp(App[None]):
             note = write_note(source.store, [run_id], out)
             return f"{label}: note written to {note}"
 
-        self.run_action(export_note)
+        self.write_store(export_note)
 
     # === a text frame =========================================================
 
@@ -465,7 +465,10 @@ def snapshot_text(home: Home | str | Path | None = None, run_id: int | str | Non
     async def frame() -> str:
         app = RngdApp(home, run_ref=run_id, read_only=read_only, clock=clock)
         async with app.run_test(size=size) as pilot:
-            await app.workers.wait_for_complete()
+            try:
+                await app.workers.wait_for_complete()
+            except WorkerFailed:
+                pass  # worker_failed() has put it in refresh_error
             await pilot.pause()
             if app.refresh_error:
                 raise RngdctlError(app.refresh_error)

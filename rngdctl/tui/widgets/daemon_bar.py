@@ -10,20 +10,34 @@ from rngdctl.tui.data import DAEMON_GLYPHS, DaemonView, ago, clock_time
 
 def daemon_text(view: DaemonView, *, paused: bool = False, read_only: bool = False,
                 filter_text: str = "", error: str | None = None) -> Text:
+    # Flags first, so that a narrow terminal cuts the home path, not them.
+    text = Text()
+    if error:
+        text.append(f"✗ {error}", "bold red")
+        text.append("  ")
+    if paused:
+        text.append("⏸ paused", "bold reverse")
+        text.append("  ")
+    if read_only:
+        text.append("read-only", "bold")
+        text.append("  ")
+    if filter_text:
+        text.append(f"/ {filter_text}", "bold")
+        text.append("  ")
     glyph = DAEMON_GLYPHS.get(view.state, "?")
     if view.state == "alive":
-        text = Text.assemble((f"{glyph} daemon alive", "bold green"),
-                             f" · heartbeat {ago(view.heartbeat_age)} ago")
+        text.append(f"{glyph} daemon alive", "bold green")
+        text.append(f" · heartbeat {ago(view.heartbeat_age)} ago")
     elif view.state == "stale":
-        text = Text.assemble((f"{glyph} daemon not answering", "bold yellow"),
-                             f" · last heartbeat {ago(view.heartbeat_age)} ago")
+        text.append(f"{glyph} daemon not answering", "bold yellow")
+        text.append(f" · last heartbeat {ago(view.heartbeat_age)} ago")
     elif view.state == "stopped":
         reason = f" ({view.stop_reason})" if view.stop_reason else ""
-        text = Text.assemble((f"{glyph} no daemon running", "bold red"),
-                             f" · stopped {clock_time(view.since)}{reason}")
+        text.append(f"{glyph} no daemon running", "bold red")
+        text.append(f" · stopped {clock_time(view.since)}{reason}")
     else:
-        text = Text.assemble((f"{glyph} no daemon running", "bold red"),
-                             " · none has run in this home")
+        text.append(f"{glyph} no daemon running", "bold red")
+        text.append(" · none has run in this home")
     if view.pid is not None and view.state in ("alive", "stale"):
         text.append(f" · pid {view.pid}")
     if view.launcher:
@@ -32,14 +46,6 @@ def daemon_text(view: DaemonView, *, paused: bool = False, read_only: bool = Fal
         text.append(f" · node {view.node}")
     if view.home:
         text.append(f" · home {view.home}")
-    if filter_text:
-        text.append(f"  / {filter_text}", "bold")
-    if read_only:
-        text.append("  read-only", "bold")
-    if paused:
-        text.append("  ⏸ paused", "bold reverse")
-    if error:
-        text.append(f"  ✗ {error}", "bold red")
     return text
 
 

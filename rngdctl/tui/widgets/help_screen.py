@@ -50,6 +50,6 @@ class HelpScreen(ModalScreen[None]):
                 table.add_row(key, what)
         with Vertical(id="help-box", classes="dialog"):
             yield Static("rngdctl tui: keys", classes="dialog-title")
-            yield Static(table)
+            yield Static(table, id="help-keys")
             yield Static("glyphs: ▶ running  ✓ done/pass  ✗ failed/fail  ⊘ cancelled  "
                          "◷ queued  ⏸ held  – n/a or missing", classes="dim")

@@ -1,0 +1,273 @@
+"""Pilot tests: the panels show the recorded session's numbers, and the actions behave."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import NOW, T0, fill
+from textual.geometry import Region
+from textual.widgets import DataTable, Input, Static
+
+from daemon import stepmodel
+from daemon.store import Store
+from rngdctl.tui.app import RngdApp
+from rngdctl.tui.widgets import ConfirmScreen, RunDetailScreen, SubmitScreen
+
+
+def text_of(node, selector: str) -> str:
+    """What a person sees in the widget: its rendered lines, right-trimmed."""
+    widget = node.query_one(selector)
+    lines = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
+    return "\n".join(line.text.strip() for line in lines).strip("\n")
+
+
+def table_rows(app, selector: str) -> list[list[str]]:
+    table = app.query_one(selector, DataTable)
+    return [[str(getattr(c, "plain", c)) for c in table.get_row_at(i)]
+            for i in range(table.row_count)]
+
+
+async def test_current_run_shows_progress_eta_median_tok_s_and_model_error(make_app, settle,
+                                                                          store, ids):
+    comparison = stepmodel.for_run(store, ids["r200"])
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        summary = text_of(pilot.app, "#run-summary")
+    assert "#3 r200" in summary and "▶ running" in summary
+    assert "step 130 of 200 (65%)" in summary
+    assert "ETA 5 m" in summary  # 70 steps left x 4.43 s
+    assert "median 6–N 4.430 s" in summary
+    assert "462 tok/s" in summary  # 2048 tokens / 4.43 s
+    assert f"model {comparison.model_s:.3f} s" in summary
+    assert f"error {comparison.error * 100:+.1f} %" in summary
+
+
+async def test_current_run_shows_the_last_steps_phases_in_trainer_order(make_app, settle):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        phases = text_of(pilot.app, "#run-phases")
+    lines = [line.split()[0] for line in phases.splitlines()[2:]]
+    assert lines == ["fwd_bwd", "upload", "download", "host_optim", "device_optim", "wait"]
+    assert "2.400 49%" in phases  # host_optim: 2.4 s of the 4.9 s step 130
+
+
+async def test_gates_say_how_long_and_by_what_the_head_of_the_queue_is_blocked(make_app,
+                                                                             settle):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        blocked = " ".join(text_of(pilot.app, "#gates-blocked").split())
+        gates = text_of(pilot.app, "#gates-table")
+    assert blocked.startswith("✗ #4 next blocked 14 m: pid 4121 python bench.py (kim) holds "
+                              "/dev/rngd/npu0pe0-3")
+    assert "✗ device_idle" in gates and "✓ host_load" in gates and "– cards_free" in gates
+
+
+async def test_queue_lists_runs_in_launch_order_with_held_marked(make_app, settle):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        rows = table_rows(pilot.app, "#queue-table")
+    assert [r[:6] for r in rows] == [
+        ["4", "#4 next", "◷ queued", "2", "8", "200 +base"],
+        ["5", "#5 later", "⏸ held", "1", "4", "100"],
+    ]
+
+
+async def test_history_shows_finished_runs_with_steps_and_median(make_app, settle):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        rows = table_rows(pilot.app, "#history-table")
+    assert [r[:5] for r in rows] == [
+        ["#2 oom-try", "✗ oom", "12/200", "5.500 s", "372"],
+        ["#1 r60", "✓ done", "60/60", "2.000 s", "64"],
+    ]
+
+
+async def test_holders_show_pid_user_age_and_files(make_app, settle):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        rows = table_rows(pilot.app, "#holders-table")
+    assert rows == [["4121", "kim", "15 m", "/dev/rngd/npu0pe0-3", "python bench.py"]]
+
+
+async def test_header_says_when_no_daemon_runs_and_since_when(make_app, settle, store):
+    store.daemon_stopped("SIGTERM", now=NOW - 600)
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        bar = text_of(pilot.app, "#daemon-bar")
+    assert bar.startswith("○ no daemon running · stopped 2026-09-21 16:03 (SIGTERM)")
+
+
+async def test_an_empty_home_shows_dashes_not_an_exception(tmp_path, settle):
+    app = RngdApp(tmp_path / "empty", clock=lambda: NOW, refresh_s=3600)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.refresh_error is None
+        assert "none has run in this home" in text_of(app, "#daemon-bar")
+        assert "no run yet" in text_of(app, "#run-summary")
+
+
+async def test_cancel_asks_and_enter_keeps_the_run(make_app, settle, store, ids):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("3", "c")
+        assert isinstance(pilot.app.screen, ConfirmScreen)
+        assert pilot.app.screen.focused.id == "no"
+        await pilot.press("enter")
+        await settle(pilot)
+    assert store.run(ids["next"])["status"] == "queued"
+
+
+async def test_cancel_confirmed_with_y_cancels_the_selected_queued_run(make_app, settle, store,
+                                                                       ids):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("3", "c", "y")
+        await settle(pilot)
+    assert store.run(ids["next"])["status"] == "cancelled"
+    assert store.run(ids["later"])["status"] == "queued"
+
+
+async def test_cancel_on_the_current_run_asks_the_daemon_to_stop_it(make_app, settle, store,
+                                                                    ids):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("1", "c")
+        await pilot.click("#yes")
+        await settle(pilot)
+    assert store.run(ids["r200"])["cancel_requested"] == 1
+
+
+async def test_hold_and_move_act_on_the_selected_queued_run(make_app, settle, store, ids):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("3", "h")
+        await settle(pilot)
+        assert store.run(ids["next"])["held"] == 1
+        await pilot.press("J")
+        await settle(pilot)
+    assert [r["id"] for r in store.queue()] == [ids["later"], ids["next"]]
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("cards", "0", "--cards must be >= 1, got 0"),
+    ("cards", "two", "--cards must be a whole number, got 'two'"),
+    ("model", "no-such-model", "--model 'no-such-model' is neither a known model"),
+])
+async def test_the_submit_form_rejects_bad_values_and_stays_open(make_app, settle, store,
+                                                                field, value, error):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        form = pilot.app.screen
+        assert isinstance(form, SubmitScreen)
+        form.query_one("#field-cards", Input).value = "1"
+        form.query_one("#field-resident", Input).value = "2"
+        form.query_one(f"#field-{field}", Input).value = value
+        await pilot.click("#submit")
+        await pilot.pause()
+        assert pilot.app.screen is form
+        assert error in text_of(form, "#submit-error")
+    assert len(store.queue()) == 2
+
+
+async def test_the_submit_form_queues_a_valid_run(make_app, settle, store):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        form = pilot.app.screen
+        form.query_one("#field-cards", Input).value = "1"
+        form.query_one("#field-resident", Input).value = "2"
+        form.query_one("#field-steps", Input).value = "30"
+        form.query_one("#field-name", Input).value = "from-tui"
+        await pilot.click("#submit")
+        await settle(pilot)
+    newest = store.queue()[-1]
+    assert (newest["name"], newest["config"]["steps"], newest["config"]["cards"]) == (
+        "from-tui", 30, 1)
+
+
+async def test_read_only_hides_every_action(make_app, settle, store, ids):
+    async with make_app(read_only=True).run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        shown = {b.binding.action for b in pilot.app.active_bindings.values()
+                 if b.enabled and b.binding.show}
+        await pilot.press("3", "c", "h", "s", "e")
+        await settle(pilot)
+        assert not isinstance(pilot.app.screen, ConfirmScreen | SubmitScreen)
+    assert not shown & {"submit", "cancel_run", "toggle_hold", "move(-1)", "move(1)", "export"}
+    assert {"help", "quit", "filter"} <= shown
+    assert store.run(ids["next"])["status"] == "queued"
+    assert store.run(ids["next"])["held"] == 0
+
+
+async def test_filter_narrows_the_tables(make_app, settle):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *"later", "enter")
+        await settle(pilot)
+        queue = table_rows(pilot.app, "#queue-table")
+        history = table_rows(pilot.app, "#history-table")
+    assert [r[1] for r in queue] == ["#5 later"]
+    assert history == []
+
+
+async def test_space_pauses_the_refresh(make_app, settle, store, ids):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("space")
+        store.add_run({"cards": 1, "resident": 0, "steps": 5, "model": "tiny-llama"},
+                      name="while-paused", now=NOW)
+        pilot.app._tick()
+        await settle(pilot)
+        assert "⏸ paused" in text_of(pilot.app, "#daemon-bar")
+        assert len(table_rows(pilot.app, "#queue-table")) == 2
+        await pilot.press("space")
+        await settle(pilot)
+        assert len(table_rows(pilot.app, "#queue-table")) == 3
+
+
+async def test_enter_on_history_opens_the_run_with_its_note(make_app, settle):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("4", "down", "enter")  # the second row: #1 r60
+        await settle(pilot)
+        detail = pilot.app.screen
+        assert isinstance(detail, RunDetailScreen) and detail.run_id == 1
+        assert "60 of 60" in text_of(detail, "#detail-summary")
+        markdown = detail.query_one("#detail-markdown").source
+    assert markdown.startswith("# r60")
+
+
+async def test_e_exports_the_selected_runs_note(make_app, settle, tmp_path):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("4", "e")
+        await settle(pilot)
+    notes = list((tmp_path / "experiments").glob("*.md"))
+    assert len(notes) == 1 and "oom-try" in notes[0].name
+
+
+async def test_help_lists_the_keys(make_app, settle):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        help_text = text_of(pilot.app.screen, "#help-keys")
+    assert "cancel the selected run" in help_text
+
+
+async def test_a_store_from_a_newer_rngdctl_is_one_line_not_a_crash(tmp_path, settle):
+    home = tmp_path / "home"
+    with Store(home / "rngdctl.db") as store:
+        store.conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    app = RngdApp(home, clock=lambda: NOW, refresh_s=3600)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert "schema version 99" in app.refresh_error
+        assert "schema version 99" in text_of(app, "#daemon-bar")
+
+
+def test_fill_builds_the_recorded_session(store):
+    ids = fill(store)
+    assert [r["status"] for r in store.runs()] == ["queued", "queued", "running", "oom", "done"]
+    assert store.step_counts(ids["r200"]) == {"baseline": 10, "main": 130}
+    assert store.runs()[-1]["created"] == T0
+
