@@ -25,6 +25,7 @@ from pathlib import Path
 
 from daemon import stats, stepmodel
 from daemon.errors import BadInput, ModelFitError
+from daemon.home import K8sConfig
 from daemon.store import CANCELLED, DONE, FAILED, OOM, TIMEOUT, Store
 from trainer import records
 
@@ -249,6 +250,7 @@ class RunReport:
     model_rows: list[ModelRow] = field(default_factory=list)
     model_notes: list[str] = field(default_factory=list)
     comparison: stepmodel.Comparison | None = None
+    k8s: K8sConfig | None = None
 
     @property
     def id(self) -> int:
@@ -316,8 +318,12 @@ def _merged_config(run: dict, passes: list[dict]) -> dict:
     return config
 
 
-def collect(store: Store, ref: int | str) -> RunReport:
-    """The numbers for one run (by id or name). Raises NoSuchRun."""
+def collect(store: Store, ref: int | str, *, k8s: K8sConfig | None = None) -> RunReport:
+    """The numbers for one run (by id or name). Raises NoSuchRun.
+
+    ``k8s`` (the home's ``[k8s]`` config) names the Job deadline and TTL that a
+    k8s run without its own ``--deadline`` got.
+    """
     run = store.run(ref)
     run_id = run["id"]
     passes = store.passes(run_id)
@@ -325,7 +331,7 @@ def collect(store: Store, ref: int | str) -> RunReport:
     steps = store.steps(run_id, records.MAIN)
     baseline = store.steps(run_id, records.BASELINE)
     steps_total = _get(config, "steps")
-    last = steps[-1]["step"] if steps else 0
+    steps_total = steps_total if isinstance(steps_total, int) else None
     checks = store.gate_checks(run_id=run_id)
     samples = store.samples(run_id=run_id)
     report = RunReport(
@@ -336,17 +342,16 @@ def collect(store: Store, ref: int | str) -> RunReport:
         steps=steps,
         baseline=baseline,
         passes=passes,
-        steps_total=steps_total if isinstance(steps_total, int) else None,
-        summary=stats.summarize(steps, steps_total if isinstance(steps_total, int) else None),
+        steps_total=steps_total,
+        summary=stats.summarize(steps, steps_total),
         drift=stats.drift(steps),
-        # Fitted to the steps the run reached, so a run stopped at 37 of 200
-        # has no empty rows.
         loss_rows=loss_rows(steps),
         host_load=stats.load_range(samples),
         gates=summarize_gates(checks),
         gate_checks=checks,
         samples=samples,
         events=store.events(run_id=run_id),
+        k8s=k8s,
     )
     if baseline:
         report.model_rows, report.model_notes = model_rows(store, report)
@@ -463,22 +468,39 @@ def _hardware(report: RunReport) -> str:
         parts.append(f"node {run['node']}")
     if run.get("host"):
         parts.append(f"host {run['host']}")
-    parts.append(f"image digest {run['image_digest']}" if run.get("image_digest")
-                 else "no image digest (not a container run)")
+    if run.get("launcher") == "k8s":
+        image = _get(report.config, "image") or (report.k8s.image if report.k8s else None)
+        if image:
+            parts.append(f"image {image}")
+        parts.append(f"image digest {run['image_digest']}" if run.get("image_digest")
+                     else "image digest not recorded")
+    elif run.get("image_digest"):
+        parts.append(f"image digest {run['image_digest']}")
+    else:
+        parts.append("no image digest (not a container run)")
     return ", ".join(parts)
 
 
 def _launch(report: RunReport) -> str:
     launcher = report.run.get("launcher")
+    deadline = _get(report.config, "deadline")
     if launcher == "k8s":
-        how = "one run-and-exit Kubernetes Job at a time"
-    elif launcher == "local":
+        how = "one run-and-exit Kubernetes Job at a time, activeDeadlineSeconds "
+        if deadline:
+            how += str(deadline)
+        elif report.k8s is not None:
+            how += f"{report.k8s.default_deadline} (config.toml's [k8s] default_deadline)"
+        else:
+            how += "from config.toml's [k8s] default_deadline"
+        if report.k8s is not None:
+            how += f", ttlSecondsAfterFinished {report.k8s.ttl_seconds}"
+        return how
+    if launcher == "local":
         how = "the local launcher, the trainer as a child process, one run at a time"
     elif launcher:
         how = f"the {launcher} launcher, one run at a time"
     else:
         how = "never launched"
-    deadline = _get(report.config, "deadline")
     how += f", deadline {deadline} s" if deadline else ", no deadline"
     return how
 
@@ -807,13 +829,14 @@ def _free_name(out_dir: Path, date: str, slug: str) -> str:
     return candidate
 
 
-def build(store: Store, run_ids: list[int | str]) -> list[RunReport]:
+def build(store: Store, run_ids: list[int | str], *,
+          k8s: K8sConfig | None = None) -> list[RunReport]:
     """One report per run, in the order given (a run named twice counts once)."""
     if not run_ids:
         raise BadInput("export needs at least one run")
     reports: list[RunReport] = []
     for ref in run_ids:
-        report = collect(store, ref)
+        report = collect(store, ref, k8s=k8s)
         if all(r.id != report.id for r in reports):
             reports.append(report)
     # Two runs with the same name still get their own step log file.
@@ -826,14 +849,14 @@ def build(store: Store, run_ids: list[int | str]) -> list[RunReport]:
 
 
 def write_note(store: Store, run_ids: list[int | str], out_dir: str | Path, *,
-               now: float | None = None) -> Path:
+               now: float | None = None, k8s: K8sConfig | None = None) -> Path:
     """Write the note for ``run_ids`` under ``out_dir``; returns the note's path.
 
     Never overwrites: when the note or its data folder exists, the slug gets a
     suffix (``-2``, ``-3``...). Raises NoSuchRun for an unknown run and
     BadInput when the folder cannot be written.
     """
-    return write_note_reports(build(store, run_ids), out_dir, now=now)[0]
+    return write_note_reports(build(store, run_ids, k8s=k8s), out_dir, now=now)[0]
 
 
 def write_note_reports(reports: list[RunReport], out_dir: str | Path, *,

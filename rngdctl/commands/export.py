@@ -29,7 +29,7 @@ def export(home, runs, out, update_design, as_json):
 
     design = notes.check_design(Path("docs") / "design.md") if update_design else None
     with home.store() as store:
-        reports = notes.build(store, list(runs))
+        reports = notes.build(store, list(runs), k8s=home.config().k8s)
         note, data = notes.write_note_reports(reports, Path(out))
         design_rows = notes.update_design(store, reports, design) if design else None
     if as_json:

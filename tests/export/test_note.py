@@ -7,6 +7,7 @@ from recorded import T0, drifting_steps, make_step
 
 from daemon import stepmodel
 from daemon.errors import NoSuchRun
+from daemon.home import K8sConfig
 from rngdctl.export import percent, secs, write_note
 
 
@@ -62,6 +63,16 @@ def test_verification_names_code_recipe_hardware_and_launch(store, recorded, tmp
     assert "- Recipe: tiny-llama, S=64, accum 2, lr 0.001, nsmc:ratings_test.txt, seed 0." in text
     assert "- Hardware: backend cpu, host box, no image digest (not a container run)." in text
     assert "one run at a time, deadline 900 s." in text
+
+
+def test_a_k8s_run_names_its_node_image_digest_and_job_limits(store, recorded, tmp_path):
+    run = recorded(drifting_steps(), config={"image": "furiosa-llm:latest"})
+    store.update_run(run, launcher="k8s", node="npu-node-1", image_digest="sha256:37a85288")
+    text = write_note(store, [run], tmp_path, now=T0, k8s=K8sConfig()).read_text()
+    assert ("- Hardware: backend cpu, node npu-node-1, host box, image furiosa-llm:latest, "
+            "image digest sha256:37a85288.") in text
+    assert ("- Launch: one run-and-exit Kubernetes Job at a time, activeDeadlineSeconds 7200 "
+            "(config.toml's [k8s] default_deadline), ttlSecondsAfterFinished 3600.") in text
 
 
 def test_a_run_with_no_steps_gets_a_note_that_says_so(store, recorded, tmp_path):
