@@ -52,6 +52,10 @@ _GATE_WORDS = {
     "one_at_a_time": "no other run active",
 }
 
+#: Event kinds that every good run has; "What went wrong" lists all others
+#: (image pulls, compiles, retries, requeues, warnings, non-finite losses...).
+ROUTINE_EVENTS = frozenset({"launch", "placement"})
+
 _DASH = "–"
 
 
@@ -636,20 +640,42 @@ def fold_events(events: list[dict]) -> list[tuple[dict, int, dict]]:
     return folded
 
 
+def _event_line(report: RunReport, first: dict, n: int, last: dict) -> str:
+    origin = report.run.get("started") or report.run["created"]
+    when = _ago(first["time"] - origin)
+    if n > 1:
+        when += f" to {_ago(last['time'] - origin)}, {n} times"
+    return f"`{when}` {_md(first['kind'])}: {_md(first['message'])}"
+
+
 def _event_lines(report: RunReport) -> list[str]:
     if not report.events:
         return ["No events were stored for this run."]
-    origin = report.run.get("started") or report.run["created"]
     folded = fold_events(report.events)
-    lines = []
-    for first, n, last in folded[:MAX_EVENT_LINES]:
-        when = _ago(first["time"] - origin)
-        if n > 1:
-            when += f" to {_ago(last['time'] - origin)}, {n} times"
-        lines.append(f"- `{when}` {_md(first['kind'])}: {_md(first['message'])}")
+    lines = [f"- {_event_line(report, *f)}" for f in folded[:MAX_EVENT_LINES]]
     if len(folded) > MAX_EVENT_LINES:
         lines.append(f"- and {len(folded) - MAX_EVENT_LINES} more in events.csv")
     return lines
+
+
+def routine(report: RunReport, event: dict) -> bool:
+    """An event that every good run has: its launch, placement and clean end."""
+    if event["kind"] in ROUTINE_EVENTS:
+        return True
+    clean_end = report.run["status"] == DONE
+    return clean_end and event["kind"] in ("end", "finished")
+
+
+def _went_wrong(reports: list[RunReport]) -> list[str]:
+    lines = []
+    for r in reports:
+        folded = fold_events([e for e in r.events if not routine(r, e)])
+        who = f"{_md(r.label)}: " if len(reports) > 1 else ""
+        lines += [f"- {who}{_event_line(r, *f)}" for f in folded[:MAX_EVENT_LINES]]
+        if len(folded) > MAX_EVENT_LINES:
+            lines.append(f"- {who}and {len(folded) - MAX_EVENT_LINES} more in events.csv")
+    return lines or [("Nothing: no image pull, recompile, retry, requeue, warning or failure "
+                     "was recorded.")]
 
 
 def _run_section(index: int, report: RunReport, data_dir: str) -> list[str]:
@@ -716,6 +742,7 @@ def render(reports: list[RunReport], *, slug: str, now: float) -> str:
         lines += ["## Comparison", "", *_comparison(reports), ""]
     for i, report in enumerate(reports, 1):
         lines += _run_section(i, report, data_dir) + [""]
+    lines += ["## What went wrong", "", *_went_wrong(reports), ""]
     lines += [
         "## Data", "",
         f"In [{data_dir}/]({data_dir}/):", "",

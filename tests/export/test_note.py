@@ -190,3 +190,22 @@ def test_a_long_run_keeps_a_short_loss_table_with_round_ranges(store, recorded, 
     assert [row.split(" | ")[0] for row in table] == [
         "| 1–25", "| 26–50", "| 51–100", "| 101–500", "| 501–1000", "| 1001–1500",
         "| 1501–2000"]
+
+
+def test_what_went_wrong_lists_pulls_and_recompiles_but_not_routine_events(store, recorded,
+                                                                          tmp_path):
+    events = [("placement", "card 0: layers 0-3, resident 2"),
+              ("image_pull", "ImagePullBackOff: furiosa-llm:latest"),
+              ("compile", "head graph compiled in 94.0 s on furiosa:0"),
+              ("finished", "done")]
+    text = note_for(store, [recorded(drifting_steps(), events=events)], tmp_path)
+    section = text.split("## What went wrong\n\n", 1)[1].split("\n\n", 1)[0]
+    assert section.splitlines() == [
+        "- `+21s` image_pull: ImagePullBackOff: furiosa-llm:latest",
+        "- `+22s` compile: head graph compiled in 94.0 s on furiosa:0"]
+
+
+def test_a_clean_run_says_nothing_went_wrong(store, recorded, tmp_path):
+    text = note_for(store, [recorded([make_step(1, 1.0, 2.0)], config={"steps": 1})], tmp_path)
+    assert ("## What went wrong\n\nNothing: no image pull, recompile, retry, requeue, warning "
+            "or failure was recorded.\n") in text
