@@ -209,3 +209,11 @@ def test_a_clean_run_says_nothing_went_wrong(store, recorded, tmp_path):
     text = note_for(store, [recorded([make_step(1, 1.0, 2.0)], config={"steps": 1})], tmp_path)
     assert ("## What went wrong\n\nNothing: no image pull, recompile, retry, requeue, warning "
             "or failure was recorded.\n") in text
+
+
+def test_a_failed_runs_end_is_listed_under_what_went_wrong(store, recorded, tmp_path):
+    run = recorded(drifting_steps()[:7], status="failed", reason="exit 1",
+                   events=[("end", "error: RuntimeError: boom"), ("finished", "failed: exit 1")])
+    section = note_for(store, [run], tmp_path).split("## What went wrong\n\n", 1)[1]
+    assert section.startswith("- `+20s` end: error: RuntimeError: boom\n"
+                              "- `+21s` finished: failed: exit 1\n")
