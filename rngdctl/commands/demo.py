@@ -40,7 +40,7 @@ def _watch(home, run_id: int, daemon: subprocess.Popen, use_tui: bool) -> None:
             use_tui = False
     if use_tui:
         run_tui(home, run_id=run_id)
-        return
+        # Quitting the TUI early leaves the run going: follow it in plain lines.
     shown = ""
     with home.store() as store:
         while daemon.poll() is None:
