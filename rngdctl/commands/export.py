@@ -10,7 +10,7 @@ from rngdctl.options import echo_json, json_option, with_home
 
 
 @click.command()
-@click.argument("runs", nargs=-1, required=True)
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
 @click.option("--out", type=click.Path(file_okay=False), default="experiments",
               show_default=True, help="Folder for the note and its data/ folder.")
 @click.option("--update-design", is_flag=True,

@@ -82,4 +82,4 @@ def test_an_unknown_run_is_one_line_on_stderr_and_exit_2(home, rngdctl):
 
 def test_export_without_a_run_is_a_usage_error(home, rngdctl):
     code, _, err = rngdctl("export")
-    assert code == 2 and "Missing argument 'RUNS...'" in err
+    assert code == 2 and "Missing argument 'RUN...'" in err
