@@ -37,7 +37,7 @@ def main_steps(home, run):
         return [s["step"] for s in store.steps(run)]
 
 
-def test_a_submitted_run_is_launched_followed_and_stored_to_the_last_step(home, rngdctl):
+def test_a_submitted_run_is_launched_followed_stored_and_written_up(home, rngdctl, tmp_path):
     code, out, _ = rngdctl("submit", *SHORT, "--steps", "12", "--baseline",
                            "--baseline-steps", "3")
     run = int(out)
@@ -51,6 +51,10 @@ def test_a_submitted_run_is_launched_followed_and_stored_to_the_last_step(home, 
         assert len([r for r in logged if r["kind"] == "step"]) == 15
         assert store.samples(run_id=run), "host load is sampled during the run"
         assert store.run(run)["versions"]["torch"]
+    code, out, err = rngdctl("export", str(run), "--out", str(tmp_path / "experiments"))
+    assert code == 0, err
+    [note] = (tmp_path / "experiments").glob("*.md")
+    assert "12/12 steps" in note.read_text()
 
 
 def test_a_daemon_killed_mid_run_is_replaced_and_no_step_is_lost_or_doubled(home, rngdctl):
