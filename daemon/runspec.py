@@ -12,7 +12,7 @@ from pathlib import Path
 from daemon.errors import BadInput
 
 #: Named model configs the trainer builds without a download.
-KNOWN_MODELS = ("tiny-llama", "tiny-qwen2", "llama3-8b-mini")
+KNOWN_MODELS = ("tiny-llama", "tiny-qwen2", "llama-3.1-8b-mini")
 
 DEFAULTS = {
     "steps": 200,

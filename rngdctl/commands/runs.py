@@ -31,7 +31,7 @@ def _ago(t: float | None, now: float) -> str:
 @click.option("--baseline", is_flag=True, default=None,
               help="Run an all-offload pass first, in the same Job, for the step model.")
 @click.option("--baseline-steps", type=int, help="Steps of the baseline pass.")
-@click.option("--model", help="tiny-llama, tiny-qwen2, llama3-8b-mini, or a model folder.")
+@click.option("--model", help="tiny-llama, tiny-qwen2, llama-3.1-8b-mini, or a model folder.")
 @click.option("--data", help="synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file.")
 @click.option("--seq-len", type=int, help="Sequence length (default 512).")
 @click.option("--accum", type=int, help="Gradient accumulation steps (default 4).")

@@ -107,3 +107,10 @@ def test_every_command_has_help_with_an_example():
     for module, attr in COMMANDS:
         command = cli.get_command(None, attr.replace("_", "-"))
         assert command.help and "Example:" in command.help, attr
+
+
+def test_submit_knows_exactly_the_models_the_trainer_builds():
+    from daemon.runspec import KNOWN_MODELS
+    from trainer.models import NAMED
+
+    assert set(KNOWN_MODELS) == set(NAMED)
