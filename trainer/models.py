@@ -39,7 +39,7 @@ NAMED = {
     # rms eps 1e-5, untied head; 8 layers of hidden 256 instead of 32 of 4096.
     "llama-3.1-8b-mini": ("llama", dict(
         hidden_size=256, intermediate_size=896, num_hidden_layers=8,
-        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=8192,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=131072,
         rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                           high_freq_factor=4.0, original_max_position_embeddings=8192),
