@@ -10,11 +10,12 @@ does.
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 import time
+from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from daemon import stats
@@ -23,7 +24,7 @@ from daemon.store import ACTIVE, FINISHED, QUEUED, Store
 from trainer import records
 
 #: Plot buckets: each keeps its minimum and maximum, so at most twice this many points.
-PLOT_BUCKETS = 120
+PLOT_BUCKETS = 100
 #: The host-load sparkline covers this many seconds.
 LOAD_WINDOW_S = 3600.0
 #: A heartbeat older than this many ticks means the daemon is not answering.
@@ -160,27 +161,56 @@ class Snapshot:
 # === Downsampling ============================================================
 
 
-def minmax_downsample(xs: list[float], ys: list[float],
-                      buckets: int = PLOT_BUCKETS) -> tuple[list[float], list[float]]:
-    """At most ``2 * buckets`` points: each bucket's minimum and maximum, in x order.
+class MinMaxBuckets:
+    """A series downsampled as it grows: each bucket keeps its minimum and maximum.
 
-    Spikes survive (a slow step stays visible however long the run), which an
-    average or a stride would hide.
+    Buckets cover ``width`` consecutive points; when there are more than
+    ``limit`` of them (``2 * limit`` single points at first), neighbours merge
+    in pairs and ``width`` doubles. So a
+    point is appended in constant time (amortised), a plot never has more
+    than ``2 * limit`` points, and a spike survives however long the run,
+    which an average or a stride would hide.
     """
-    n = len(ys)
-    if n <= 2 * buckets:
-        return list(xs), list(ys)
-    out_x: list[float] = []
-    out_y: list[float] = []
-    for b in range(buckets):
-        lo, hi = b * n // buckets, (b + 1) * n // buckets
-        seg = ys[lo:hi]
-        i_min = seg.index(min(seg))
-        i_max = seg.index(max(seg))
-        for i in sorted({i_min, i_max}):
-            out_x.append(xs[lo + i])
-            out_y.append(seg[i])
-    return out_x, out_y
+
+    def __init__(self, limit: int = PLOT_BUCKETS):
+        self.limit = limit
+        self.width = 1
+        self.count = 0
+        self._buckets: list[list] = []  # [points, (x, y) of the min, (x, y) of the max]
+
+    def append(self, x: float, y: float) -> None:
+        self.count += 1
+        if self._buckets and self._buckets[-1][0] < self.width:
+            bucket = self._buckets[-1]
+            bucket[0] += 1
+            if y < bucket[1][1]:
+                bucket[1] = (x, y)
+            if y > bucket[2][1]:
+                bucket[2] = (x, y)
+            return
+        self._buckets.append([1, (x, y), (x, y)])
+        # Single points: up to 2 * limit of them are plotted as they are.
+        if len(self._buckets) > (2 * self.limit if self.width == 1 else self.limit):
+            self._merge()
+
+    def _merge(self) -> None:
+        merged = []
+        for i in range(0, len(self._buckets), 2):
+            pair = self._buckets[i:i + 2]
+            merged.append([sum(b[0] for b in pair),
+                           min((b[1] for b in pair), key=lambda p: p[1]),
+                           max((b[2] for b in pair), key=lambda p: p[1])])
+        self._buckets = merged
+        self.width *= 2
+
+    def series(self) -> Series:
+        xs: list[float] = []
+        ys: list[float] = []
+        for _n, low, high in self._buckets:
+            for x, y in sorted({low, high}):
+                xs.append(x)
+                ys.append(y)
+        return Series(tuple(xs), tuple(ys), self.count)
 
 
 # === The step model, where it exists =========================================
@@ -226,42 +256,76 @@ def model_error(model_s: float | None, measured_s: float | None) -> float | None
 # === Building snapshots ======================================================
 
 
-@dataclass
+class _Median:
+    """A running median: values kept sorted as they arrive (insort is a C memmove).
+
+    An ``array``, not a list: the garbage collector does not walk it, so a
+    100,000-step run adds nothing to its pauses.
+    """
+
+    def __init__(self):
+        self.values = array("d")
+
+    def add(self, values: list[float]) -> None:
+        if len(values) > 64:  # a first read: one merge sort beats 100,000 inserts
+            self.values = array("d", sorted([*self.values, *values]))
+            return
+        for value in values:
+            bisect.insort(self.values, value)
+
+    def median(self) -> float | None:
+        v, n = self.values, len(self.values)
+        if not n:
+            return None
+        return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 class _Series:
-    """Steps of one pass read so far; extended on each refresh."""
+    """One pass's steps as read so far; each refresh adds only the new ones.
 
-    steps: list[int] = field(default_factory=list)
-    loss: list[float] = field(default_factory=list)
-    step_s: list[float] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    median_s: float | None = None
-    tok_s: float | None = None
-    counted: int = -1  # len(steps) when the medians were computed
+    Keeps what the panels need and nothing that grows per refresh: the last
+    step, running medians over steps 6-N (and over warm-up steps while the
+    run has no others), and the two plots' min/max buckets.
+    """
 
-    @property
-    def last(self) -> int:
-        return self.steps[-1] if self.steps else 0
+    def __init__(self, buckets: int = PLOT_BUCKETS):
+        self.last = 0  # the newest step number
+        self.count = 0
+        self.last_loss: float | None = None
+        self.loss_plot = MinMaxBuckets(buckets)
+        self.time_plot = MinMaxBuckets(buckets)  # steps 6-N only, as the medians
+        self._steady_s, self._steady_tokens = _Median(), _Median()
+        self._warm_s, self._warm_tokens = _Median(), _Median()
 
     def extend(self, rows: list[tuple]) -> None:
+        steady_s, steady_tokens, warm_s, warm_tokens = [], [], [], []
         for step, loss, step_s, tokens, _t in rows:
-            self.steps.append(step)
-            self.loss.append(math.nan if loss is None else loss)
-            self.step_s.append(step_s)
-            self.tokens.append(tokens)
+            if loss is not None and math.isfinite(loss):
+                self.loss_plot.append(step, loss)
+            if step > stats.WARMUP_STEPS:
+                steady_s.append(step_s)
+                steady_tokens.append(tokens)
+                self.time_plot.append(step, step_s)
+            else:
+                warm_s.append(step_s)
+                warm_tokens.append(tokens)
+        if rows:
+            self.last, self.last_loss = rows[-1][0], rows[-1][1]
+            self.count += len(rows)
+            self._steady_s.add(steady_s)
+            self._steady_tokens.add(steady_tokens)
+            self._warm_s.add(warm_s)
+            self._warm_tokens.add(warm_tokens)
 
     def medians(self) -> tuple[float | None, float | None]:
-        """Median step time and tok/s over steps 6-N (all steps while fewer)."""
-        if self.counted != len(self.steps):
-            first = next((i for i, s in enumerate(self.steps)
-                          if s > stats.WARMUP_STEPS), len(self.steps))
-            chosen = slice(first, None) if first < len(self.steps) else slice(None)
-            times, toks = self.step_s[chosen], self.tokens[chosen]
-            self.median_s = statistics.median(times) if times else None
-            median_tokens = statistics.median(toks) if toks else None
-            self.tok_s = (median_tokens / self.median_s
-                          if self.median_s and median_tokens is not None else None)
-            self.counted = len(self.steps)
-        return self.median_s, self.tok_s
+        """Median step time and tok/s over steps 6-N (all steps while there are no others),
+        as daemon.stats computes them."""
+        if self._steady_s.values:
+            median_s, median_tokens = self._steady_s.median(), self._steady_tokens.median()
+        else:
+            median_s, median_tokens = self._warm_s.median(), self._warm_tokens.median()
+        tok_s = median_tokens / median_s if median_s and median_tokens is not None else None
+        return median_s, tok_s
 
 
 def _text(value) -> str:
@@ -374,7 +438,7 @@ class ViewSource:
     # --- runs -----------------------------------------------------------------
 
     def _pass_series(self, run_id: int, label: str) -> _Series:
-        series = self._series.setdefault((run_id, label), _Series())
+        series = self._series.setdefault((run_id, label), _Series(self.buckets))
         series.extend(self.store.step_series(run_id, label, after_step=series.last))
         return series
 
@@ -407,9 +471,9 @@ class ViewSource:
         config = run["config"] or {}
         main = self._pass_series(run["id"], records.MAIN)
         label, series = records.MAIN, main
-        if not main.steps and config.get("baseline"):
+        if not main.count and config.get("baseline"):
             baseline = self._pass_series(run["id"], records.BASELINE)
-            if baseline.steps:
+            if baseline.count:
                 label, series = records.BASELINE, baseline
         median_s, tok_s = series.medians()
         if label == records.BASELINE:
@@ -434,22 +498,14 @@ class ViewSource:
                             float(measured[name]) / step_s if step_s else 0.0,
                             model_phases.get(name))
                            for name in order)
-        finite = [(s, v) for s, v in zip(series.steps, series.loss) if math.isfinite(v)]
-        loss_x, loss_y = minmax_downsample([s for s, _ in finite], [v for _, v in finite],
-                                           self.buckets)
-        # Step time from step 6 on, as the medians: warm-up would flatten the rest.
-        warm = next((i for i, n in enumerate(series.steps) if n > stats.WARMUP_STEPS), 0)
-        time_x, time_y = minmax_downsample(series.steps[warm:], series.step_s[warm:],
-                                           self.buckets)
         events = tuple((e["time"], e["kind"], e["message"])
                        for e in self.store.events(run_id=run["id"], limit=EVENTS_LIMIT))
         return RunView(
             run_id=run["id"], name=run.get("name"), status=run["status"], config=config,
             label=label, step=step, steps_total=steps_total, eta=eta, median_s=median_s,
             tok_s=tok_s, model_s=model_s, error=model_error(model_s, median_s),
-            last_loss=series.loss[-1] if series.loss else None, phases=phases,
-            loss=Series(tuple(loss_x), tuple(loss_y), len(finite)),
-            step_time=Series(tuple(time_x), tuple(time_y), len(series.steps) - warm),
+            last_loss=series.last_loss, phases=phases,
+            loss=series.loss_plot.series(), step_time=series.time_plot.series(),
             events=events, started=run.get("started"), ended=run.get("ended"),
             exit_reason=run.get("exit_reason"), log_path=run.get("log_path"),
         )
@@ -468,12 +524,12 @@ class ViewSource:
         config = run["config"] or {}
         series = self._pass_series(run["id"], records.MAIN)
         median_s, tok_s = series.medians()
-        last = self.store.last_step(run["id"], records.MAIN) if series.steps else None
+        last = self.store.last_step(run["id"], records.MAIN) if series.count else None
         predicted = self._prediction(run, last)
         model_s = predicted.step_s if predicted else None
         return HistoryRow(
             run_id=run["id"], name=run.get("name"), status=run["status"],
-            steps_done=len(series.steps), steps_total=_int(config.get("steps")),
+            steps_done=series.count, steps_total=_int(config.get("steps")),
             median_s=median_s, tok_s=tok_s, model_s=model_s,
             error=model_error(model_s, median_s), ended=run.get("ended"),
             model=config.get("model"),

@@ -11,6 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from rngdctl.tui.data import RunView, ago, num, percent, run_label, status_text
+from rngdctl.tui.widgets._update import update_if_changed
 from rngdctl.tui.widgets.series_plot import SeriesPlot
 
 STATUS_STYLES = {"running": "bold green", "launching": "bold green", "done": "green",
@@ -120,13 +121,15 @@ class CurrentRunPanel(Vertical, can_focus=True):
     def show(self, view: RunView | None, now: float) -> None:
         summary = self.query_one("#run-summary", Static)
         if view is None:
-            summary.update(Text("no run yet: `rngdctl submit` queues one", style="dim"))
-            self.query_one("#run-phases", Static).update("")
-            self.query_one("#run-events", Static).update("")
+            update_if_changed(summary, Text("no run yet: `rngdctl submit` queues one",
+                                            style="dim"))
+            update_if_changed(self.query_one("#run-phases", Static), "")
+            update_if_changed(self.query_one("#run-events", Static), "")
             self.query_one(RunPlots).display = False
             return
         self.query_one(RunPlots).display = True
-        summary.update(summary_text(view, now))
+        update_if_changed(summary, summary_text(view, now))
         self.query_one(RunPlots).show(view)
-        self.query_one("#run-phases", Static).update(phases_renderable(view))
-        self.query_one("#run-events", Static).update(events_text(view))
+        update_if_changed(self.query_one("#run-phases", Static), phases_renderable(view),
+                          key=(view.step, view.phases))
+        update_if_changed(self.query_one("#run-events", Static), events_text(view))

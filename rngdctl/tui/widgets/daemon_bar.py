@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from rngdctl.tui.data import DAEMON_GLYPHS, DaemonView, ago, clock_time
+from rngdctl.tui.widgets._update import update_if_changed
 
 
 def daemon_text(view: DaemonView, *, paused: bool = False, read_only: bool = False,
@@ -53,4 +54,4 @@ class DaemonBar(Static):
     """One line: the daemon's state, its launcher, node and home."""
 
     def show(self, view: DaemonView, **flags) -> None:
-        self.update(daemon_text(view, **flags))
+        update_if_changed(self, daemon_text(view, **flags))

@@ -10,6 +10,7 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
 from rngdctl.tui.data import VERDICT_GLYPHS, GatesView, ago, num
+from rngdctl.tui.widgets._update import update_if_changed
 
 VERDICT_STYLES = {"pass": "green", "fail": "bold red", "n/a": "dim"}
 
@@ -51,12 +52,15 @@ class GatesPanel(Vertical, can_focus=True):
         yield Sparkline([], id="load-sparkline")
 
     def show(self, view: GatesView, now: float) -> None:
-        self.query_one("#gates-blocked", Static).update(blocked_text(view, now))
-        self.query_one("#gates-table", Static).update(gates_renderable(view, now))
+        update_if_changed(self.query_one("#gates-blocked", Static), blocked_text(view, now))
+        update_if_changed(self.query_one("#gates-table", Static), gates_renderable(view, now),
+                          key=(view.run_id, view.rows))
         series = view.load_series
         label = (f"host load 1 m: {num(view.load_now, '.2f')} now, "
                  f"{num(min(series) if series else None, '.2f')}–"
                  f"{num(max(series) if series else None, '.2f')} over the last hour "
                  f"({len(series)} samples)")
-        self.query_one("#load-label", Static).update(Text(label, style="dim"))
-        self.query_one("#load-sparkline", Sparkline).data = list(series)
+        update_if_changed(self.query_one("#load-label", Static), Text(label, style="dim"))
+        sparkline = self.query_one("#load-sparkline", Sparkline)
+        if sparkline.data != list(series):
+            sparkline.data = list(series)

@@ -19,12 +19,16 @@ class SeriesPlot(PlotextPlot):
     """Plots a Series; an optional horizontal line marks the model's prediction."""
 
     def show(self, title: str, series: Series, *, line: float | None = None) -> None:
+        key = (title, series, line)
+        if key == getattr(self, "_shown", None):
+            return  # plotext is the costliest part of a frame: only redraw on new data
+        self._shown = key
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
         plt.title(f"{title} · {points_note(series)}")
         if series.x:
-            plt.plot(list(series.x), list(series.y), marker="braille", color="cyan")
+            plt.plot(list(series.x), list(series.y), marker="hd", color="cyan")
             if line is not None:
                 plt.hline(line, color="orange")
         self.refresh()

@@ -1,0 +1,170 @@
+"""TUI frame time with a 100,000-step run: each refresh must render in at most 50 ms.
+
+    .venv/bin/python bench/tui_frame_time.py [--steps 100000] [--frames 30]
+
+Builds a home whose running run has a 10-step baseline and STEPS main steps
+(plus gate checks, an hour of host samples and a device holder), opens the
+app headless at 120x40 and measures, per refresh:
+
+- data: the refresh worker's ``ViewSource.build()`` (in its thread), with one
+  new step stored before each refresh, as while a run is live; the first,
+  cold build (every step read once) is reported apart;
+- frame: the UI thread's part: the snapshot copied into the panels, the
+  layout, and a full render of the screen to text (the plots included).
+
+Plots are downsampled to each bucket's minimum and maximum; the plot titles
+say how many steps stand behind their points. Exits 1 when the frame median
+or its 95th percentile, in CPU time of the UI thread, is above the target
+(the wall time is printed too: on a shared machine it counts the neighbours).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rich.console import Console
+
+from daemon.home import Home
+from rngdctl.tui.data import PLOT_BUCKETS
+from trainer import records
+
+TARGET_MS = 50.0
+PHASES = {"fwd_bwd": 1.2, "upload": 0.4, "download": 0.2, "host_optim": 2.4,
+          "device_optim": 0.2, "wait": 0.03}
+SHAPE = {"layers": 32, "cards": 2, "seq_len": 512, "accum": 4}
+
+
+def step(n: int, t0: float, label: str = records.MAIN, resident: int = 8) -> records.Step:
+    # Deterministic jitter and a slow step every 997: what min/max buckets must keep.
+    step_s = 4.43 + 0.01 * ((n * 7919) % 13) + (0.6 if n % 997 == 0 else 0.0)
+    return records.Step(config_label=label, step=n, loss=2.0 * (1 + 0.2 * (n % 17) / 17) / (
+        1 + n / 5000), step_s=step_s, tokens=2048, lr=1e-5, phases=PHASES,
+        memory={"host_peak_gb": 12.5}, time=t0 + 4.5 * n,
+        extra={**SHAPE, "resident_per_card": resident})
+
+
+def build_home(path: Path, steps: int, now: float) -> tuple[Home, int]:
+    home = Home(path).ensure()
+    with home.store() as store:
+        config = {"cards": 2, "resident": 8, "steps": steps + 1000, "model": "llama3-8b-mini",
+                  "seq_len": 512, "accum": 4, "baseline": True, "baseline_steps": 10}
+        run_id = store.add_run(config, name="long", now=now - 5e5)
+        store.claim_for_launch(run_id, launcher="local", now=now - 5e5)
+        store.update_run(run_id, status="running")
+        store.add_pass(run_id, records.Start(records.BASELINE, {**config, "resident": 0}))
+        store.add_steps(run_id, [step(n, now - 5e5, records.BASELINE, 0) for n in range(1, 11)])
+        store.add_pass(run_id, records.Start(records.MAIN, config))
+        for first in range(1, steps + 1, 10_000):
+            store.add_steps(run_id, [step(n, now - 4.5 * steps) for n in
+                                     range(first, min(steps, first + 9_999) + 1)])
+        head = store.add_run({"cards": 2, "resident": 8, "steps": 200}, name="next", now=now)
+        gates = [{"name": "one_at_a_time", "reading": 1, "threshold": "0 active",
+                  "verdict": "fail", "detail": f"run {run_id} is running"}]
+        for i in range(720):
+            store.add_gate_check(head, gates, False, now=now - 3600 + 5 * i)
+            store.add_sample(load=(2.0 + i % 9, 2.0, 2.0), holders=[], now=now - 3600 + 5 * i)
+        store.add_sample(load=(3.0, 2.0, 2.0), holders=[{"pid": 4121, "user": "kim",
+                         "cmdline": "python bench.py", "files": ["/dev/rngd/npu0pe0-3"],
+                         "started": now - 900}], now=now)
+        store.daemon_started(pid=1, launcher="local", home=str(path), now=now - 5e5)
+        store.daemon_heartbeat(now=now)
+    return home, run_id
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+async def measure(home: Home, run_id: int, steps: int, frames: int, now: float) -> dict:
+    from rngdctl.tui.app import RngdApp
+
+    clock = {"now": now}
+    app = RngdApp(home, clock=lambda: clock["now"], refresh_s=3600, freeze_gc=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        source = app._view_source()
+        # The first build ran in the worker already; time a cold one on a fresh source.
+        from rngdctl.tui.data import ViewSource
+
+        cold = ViewSource(source.store, home=home.path, clock=lambda: clock["now"])
+        t = time.perf_counter()
+        cold.build()
+        cold_ms = (time.perf_counter() - t) * 1000
+
+        data_ms, frame_ms, frame_cpu_ms = [], [], []
+        snapshot = None
+        for i in range(frames):
+            n = steps + 1 + i
+            source.store.add_steps(run_id, [step(n, now - 4.5 * steps)])
+            clock["now"] += 1.0
+            t = time.perf_counter()
+            snapshot = source.build()
+            data_ms.append((time.perf_counter() - t) * 1000)
+
+            t, c = time.perf_counter(), time.thread_time()
+            app.show_snapshot(RngdApp.Refreshed(snapshot))
+            app.screen._refresh_layout(app.size)
+            console = Console(width=120, height=40, file=io.StringIO(), color_system="truecolor",
+                              force_terminal=True, legacy_windows=False)
+            console.print(app.screen._compositor.render_update(full=True))
+            frame_ms.append((time.perf_counter() - t) * 1000)
+            frame_cpu_ms.append((time.thread_time() - c) * 1000)
+            await pilot.pause()
+        frame = app.frame_text()
+    current = snapshot.current
+    return {"cold_ms": cold_ms, "data_ms": data_ms, "frame_ms": frame_ms,
+            "frame_cpu_ms": frame_cpu_ms,
+            "loss_points": len(current.loss.x), "loss_behind": current.loss.points,
+            "time_points": len(current.step_time.x), "time_behind": current.step_time.points,
+            "frame": frame}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--frames", type=int, default=30)
+    parser.add_argument("--show", action="store_true", help="Print the last frame.")
+    args = parser.parse_args()
+    now = 1_790_000_000.0
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.perf_counter()
+        home, run_id = build_home(Path(tmp) / "home", args.steps, now)
+        build_s = time.perf_counter() - t
+        r = asyncio.run(measure(home, run_id, args.steps, args.frames, now))
+    data, frame, cpu = r["data_ms"], r["frame_ms"], r["frame_cpu_ms"]
+    print(f"store with {args.steps:,} steps built in {build_s:.1f} s")
+    print(f"plots: loss {r['loss_points']} points for {r['loss_behind']:,} steps, "
+          f"step time {r['time_points']} points for {r['time_behind']:,} steps")
+    print(f"cold build (every step read once): {r['cold_ms']:.0f} ms")
+    print(f"data per refresh (worker thread):  median {statistics.median(data):.1f} ms, "
+          f"p95 {percentile(data, 0.95):.1f} ms, max {max(data):.1f} ms over {len(data)}")
+    print(f"frame per refresh (UI thread), wall: median {statistics.median(frame):.1f} ms, "
+          f"p95 {percentile(frame, 0.95):.1f} ms, max {max(frame):.1f} ms over {len(frame)}")
+    print(f"frame per refresh (UI thread), CPU:  median {statistics.median(cpu):.1f} ms, "
+          f"p95 {percentile(cpu, 0.95):.1f} ms, max {max(cpu):.1f} ms")
+    print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if args.show:
+        print(r["frame"])
+    # The target holds for the frame's own cost (CPU time of the UI thread): on a
+    # shared machine the wall time also counts whatever the neighbours run.
+    ok = (statistics.median(cpu) <= TARGET_MS and percentile(cpu, 0.95) <= TARGET_MS
+          and r["loss_points"] <= 2 * PLOT_BUCKETS and r["time_points"] <= 2 * PLOT_BUCKETS)
+    print(f"target: frame CPU median and p95 <= {TARGET_MS:.0f} ms: "
+          f"{'met' if ok else 'MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

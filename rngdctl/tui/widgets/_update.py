@@ -1,0 +1,17 @@
+"""Updating a Static only when what it shows changed, so that an unchanged panel
+is not re-rendered on every refresh."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+_UNSET = object()
+
+
+def update_if_changed(static: Static, renderable, key=_UNSET) -> None:
+    """Show ``renderable`` unless ``key`` (default: the renderable itself) is what it shows."""
+    key = renderable if key is _UNSET else key
+    if getattr(static, "_rngdctl_shown", _UNSET) == key:
+        return
+    static._rngdctl_shown = key
+    static.update(renderable)
