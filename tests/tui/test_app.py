@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import NOW, T0, fill
 from textual.geometry import Region
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable, Input
 
 from daemon import stepmodel
 from daemon.store import Store
