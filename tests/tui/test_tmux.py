@@ -39,8 +39,7 @@ class Pane:
 
     def _tmux(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["tmux", "-L", self.socket, *args], check=False,
-                              capture_output=True,
-                              text=True, timeout=10)
+                              capture_output=True, text=True, timeout=10)
 
     def text(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", "tui").stdout
