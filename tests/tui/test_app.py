@@ -271,3 +271,16 @@ def test_fill_builds_the_recorded_session(store):
     assert store.step_counts(ids["r200"]) == {"baseline": 10, "main": 130}
     assert store.runs()[-1]["created"] == T0
 
+
+
+async def test_l_shows_the_current_runs_log_tail(make_app, settle, store, ids, tmp_path):
+    log = tmp_path / "r200.log"
+    log.write_text("".join(f"line {i}\n" for i in range(1, 20_001)))
+    store.update_run(ids["r200"], log_path=str(log))
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("1", "l")
+        await settle(pilot)
+        lines = list(pilot.app.screen.query_one("#log-view").lines)
+    assert lines[-1] == "line 20000"
+    assert lines[0].startswith("line ") and len(lines) < 20_000  # the last 64 KiB only
