@@ -284,3 +284,14 @@ async def test_l_shows_the_current_runs_log_tail(make_app, settle, store, ids, t
         lines = list(pilot.app.screen.query_one("#log-view").lines)
     assert lines[-1] == "line 20000"
     assert lines[0].startswith("line ") and len(lines) < 20_000  # the last 64 KiB only
+
+
+async def test_number_keys_and_tab_move_between_panels(make_app, settle):
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        assert pilot.app.focused.id == "history-table"
+        await pilot.press("tab")
+        assert pilot.app.focused.id == "holders-table"
+        await pilot.press("2")
+        assert pilot.app.focused.id == "gates"
