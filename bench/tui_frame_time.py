@@ -56,7 +56,7 @@ def step(n: int, t0: float, label: str = records.MAIN, resident: int = 8) -> rec
 def build_home(path: Path, steps: int, now: float) -> tuple[Home, int]:
     home = Home(path).ensure()
     with home.store() as store:
-        config = {"cards": 2, "resident": 8, "steps": steps + 1000, "model": "llama3-8b-mini",
+        config = {"cards": 2, "resident": 8, "steps": steps + 1000, "model": "llama-3.1-8b-mini",
                   "seq_len": 512, "accum": 4, "baseline": True, "baseline_steps": 10}
         run_id = store.add_run(config, name="long", now=now - 5e5)
         store.claim_for_launch(run_id, launcher="local", now=now - 5e5)
