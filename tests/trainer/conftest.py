@@ -53,6 +53,7 @@ def trainer_cli(tmp_path):
         full_env = {**os.environ, "OMP_NUM_THREADS": "1", "RNGDCTL_CACHE": str(tmp_path / "cache"),
                     "PYTHONPATH": str(REPO), **(env or {})}
         return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=tmp_path,
-                              env=full_env, capture_output=True, text=True, timeout=timeout)
+                              env=full_env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
 
     return run

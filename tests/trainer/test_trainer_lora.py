@@ -10,7 +10,7 @@ from trainer import models
 def test_lora_trains_only_the_adapters(synthetic_steps):
     before = models.build(models.resolve("tiny-llama"), 128, seed=0)
     initial = {n: p.detach().clone() for n, p in before.named_parameters()}
-    losses, engine = engine_losses(synthetic_steps, resident=1, cards=2, lora=4)
+    _, engine = engine_losses(synthetic_steps, resident=1, cards=2, lora=4)
     after = engine.master_state()
     changed_adapters = 0
     for name, value in after.items():

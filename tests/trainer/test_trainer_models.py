@@ -76,6 +76,20 @@ def test_furiosa_auto_takes_a_card_no_process_holds(tmp_path):
 
 def test_records_and_the_package_import_no_torch():
     code = "import sys, trainer, trainer.records; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_real_host_allocation_failure_becomes_out_of_memory_with_its_place():
+    import torch
+
+    from trainer.engine import LayerEngine
+    from trainer.errors import DeviceOutOfMemory
+
+    model = models.build(models.resolve("tiny-llama"), 128, seed=0)
+    engine = LayerEngine(model, backends.parse("cpu"), 0, 1e-3, 0.0, 1.0)
+    engine.where = "host optimizer"
+    with pytest.raises(DeviceOutOfMemory, match="in host optimizer: .*can't allocate memory"):
+        with engine._guard("host_optim", ()):
+            torch.empty(2**60, dtype=torch.uint8)  # more than any host has
