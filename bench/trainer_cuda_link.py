@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
 
 def peak(direction: str, nbytes: int = 1 << 30, rounds: int = 10) -> float:

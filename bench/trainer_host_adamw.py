@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
 
-from trainer import backends, optim  # noqa: E402
-from trainer.engine import LayerEngine  # noqa: E402
+from trainer import backends, optim
+from trainer.engine import LayerEngine
 
 
 def main() -> int:

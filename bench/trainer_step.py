@@ -26,12 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from trainer import backends, data, models, optim  # noqa: E402
-from trainer.engine import LayerEngine  # noqa: E402
-from trainer.plain import PlainLoop  # noqa: E402
-from trainer.records import PHASES  # noqa: E402
+from trainer import backends, data, models, optim
+from trainer.engine import LayerEngine
+from trainer.plain import PlainLoop
+from trainer.records import PHASES
 
 WARMUP = 2
 

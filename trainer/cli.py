@@ -166,7 +166,7 @@ def cmd_train(args) -> int:
         writer.write(End(status="error", error=str(exc), config_label=label))
         print(f"trainer: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as exc:  # anything unexpected: the record, then the traceback
+    except Exception as exc:  # noqa: BLE001 - anything unexpected: the record, then the traceback
         label = getattr(locals().get("recipe"), "label", None)
         writer.write(End(status="error", error=f"{type(exc).__name__}: {exc}",
                          config_label=label))

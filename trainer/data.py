@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
@@ -78,7 +78,7 @@ def open_source(spec: str) -> Source:
         path = Path(spec[5:]).expanduser()
         return Source("nsmc", path, read_nsmc(path))
     if spec.startswith("jsonl:") or spec.endswith(".jsonl"):
-        path = Path(spec[6:] if spec.startswith("jsonl:") else spec).expanduser()
+        path = Path(spec.removeprefix("jsonl:")).expanduser()
         return Source("jsonl", path, read_jsonl(path))
     raise UsageError(f"unknown data {spec!r}: give synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file")
 

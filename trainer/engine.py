@@ -46,9 +46,9 @@ from __future__ import annotations
 import copy
 import os
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn
@@ -77,7 +77,7 @@ class Placement:
     head_card: int
 
     @classmethod
-    def plan(cls, layers: int, cards: int, resident_per_card: int, tied: bool) -> "Placement":
+    def plan(cls, layers: int, cards: int, resident_per_card: int, tied: bool) -> Placement:
         if cards > layers:
             raise UsageError(f"{cards} cards for {layers} layers: every card needs a layer")
         if resident_per_card < 0:
@@ -370,8 +370,8 @@ class LayerEngine:
             h_c = embedded.detach().to(b.device)
             pos_c = pos.to(b.device)
             am = mb.attention_mask.to(b.device)
-            kw = dict(config=self.config, inputs_embeds=h_c, attention_mask=am, cache=None,
-                      position_ids=pos_c)
+            kw = {"config": self.config, "inputs_embeds": h_c, "attention_mask": am, "cache": None,
+                      "position_ids": pos_c}
             masks = {"full_attention": create_causal_mask(**kw)}
             if getattr(self.model.model, "has_sliding_layers", False):
                 masks["sliding_attention"] = create_sliding_window_causal_mask(**kw)

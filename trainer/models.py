@@ -23,27 +23,27 @@ from trainer.errors import UsageError
 # the tokenizer (or the synthetic data's vocabulary) when the model is built.
 NAMED = {
     # The demo and test model: 4 layers, hidden 64, grouped-query attention.
-    "tiny-llama": ("llama", dict(
-        hidden_size=64, intermediate_size=176, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-    )),
+    "tiny-llama": ("llama", {
+        "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+    }),
     # Qwen2 family: q/k/v biases, tied embedding and head (as Qwen2-0.5B).
-    "tiny-qwen2": ("qwen2", dict(
-        hidden_size=64, intermediate_size=176, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
-    )),
+    "tiny-qwen2": ("qwen2", {
+        "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True,
+    }),
     # Llama-3.1-8B's layer structure scaled down: same 4:1 grouped-query
     # attention, MLP ratio 3.5, rope theta 500000 with llama3 rope scaling,
     # rms eps 1e-5, untied head; 8 layers of hidden 256 instead of 32 of 4096.
-    "llama-3.1-8b-mini": ("llama", dict(
-        hidden_size=256, intermediate_size=896, num_hidden_layers=8,
-        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=131072,
-        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
-        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                          high_freq_factor=4.0, original_max_position_embeddings=8192),
-    )),
+    "llama-3.1-8b-mini": ("llama", {
+        "hidden_size": 256, "intermediate_size": 896, "num_hidden_layers": 8,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    }),
 }
 
 FAMILIES = ("llama", "qwen2")
