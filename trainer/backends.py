@@ -7,6 +7,10 @@
 - ``cuda`` or ``cuda:N``: an NVIDIA GPU.
 - ``furiosa:N`` or ``furiosa:auto``: a Furiosa RNGD card through furiosa-torch
   (device ``rngd:N``); ``auto`` picks a card no other process holds open.
+- ``cpu-compiled``: a CPU card that runs every graph through ``torch.compile``
+  (the ``aot_eager`` backend: forward and backward graphs captured, static
+  shapes, no code generation), the way a furiosa card does. It exercises the
+  compiled path (``trainer compile``, graph reuse across layers) on the host.
 - ``cpu-perturbed``: a CPU card that adds relative noise of 1e-3 to every
   tensor it receives. It exists so that ``trainer check`` can be shown to fail.
 """
@@ -73,6 +77,13 @@ class Backend:
 
 class CpuBackend(Backend):
     pass
+
+
+class CompiledCpuBackend(CpuBackend):
+    """The host as a card whose graphs are compiled before they run."""
+
+    def compile(self, fn):
+        return torch.compile(fn, backend="aot_eager", dynamic=False)
 
 
 class PerturbedCpuBackend(CpuBackend):
@@ -185,6 +196,8 @@ def parse(specs: str) -> list[Backend]:
 def _one(spec: str, taken: set[int]) -> Backend:
     if spec == "cpu":
         return CpuBackend(spec, torch.device("cpu"))
+    if spec == "cpu-compiled":
+        return CompiledCpuBackend(spec, torch.device("cpu"), needs_compile=True)
     if spec == "cpu-perturbed":
         return PerturbedCpuBackend(spec, torch.device("cpu"))
     m = re.fullmatch(r"cuda(?::(\d+))?", spec)
@@ -209,4 +222,5 @@ def _one(spec: str, taken: set[int]) -> Backend:
         taken.add(index)
         return FuriosaBackend(spec, torch.device("rngd", index), fused_adamw=False,
                               needs_compile=True)
-    raise UsageError(f"unknown backend {spec!r}: give cpu, cuda[:N], furiosa:auto or furiosa:N")
+    raise UsageError(f"unknown backend {spec!r}: give cpu, cuda[:N], furiosa:auto or furiosa:N "
+                     "(or cpu-compiled, cpu-perturbed)")

@@ -24,6 +24,13 @@ def engine_losses(steps, model_name="tiny-llama", resident=0, cards=1, checkpoin
     return losses, engine
 
 
+def engine_losses_on(backend: str, steps, resident=0, model_name="tiny-llama"):
+    model = models.build(models.resolve(model_name), 128, seed=0)
+    engine = LayerEngine(model, backends.parse(backend), resident, LR, WD, CLIP)
+    sched = optim.Schedule(LR, len(steps), 2)
+    return [engine.step(b, sched.at(i + 1)).loss for i, b in enumerate(steps)]
+
+
 def plain_losses(steps, model_name="tiny-llama", clip=CLIP):
     model = models.build(models.resolve(model_name), 128, seed=0)
     loop = PlainLoop(model, torch.device("cpu"), LR, WD, clip)
