@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--data", default="synthetic",
                    help="synthetic, nsmc:PATH, jsonl:PATH or PATH.jsonl")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=None,
+                   help="host threads for torch (default: torch's own, or $OMP_NUM_THREADS)")
     t.add_argument("--checkpoint-layers", action="store_true",
                    help="recompute each layer's forward in the backward (less activation memory)")
     t.add_argument("--baseline", action="store_true",
@@ -140,7 +142,7 @@ def cmd_train(args) -> int:
         seq_len=args.seq_len, accum=args.accum, micro_batch=args.micro_batch, lr=args.lr,
         schedule=args.schedule, warmup=args.warmup, weight_decay=args.weight_decay,
         max_grad_norm=args.max_grad_norm, data=args.data, seed=args.seed,
-        checkpoint=args.checkpoint_layers, baseline=args.baseline,
+        checkpoint=args.checkpoint_layers, threads=args.threads, baseline=args.baseline,
         baseline_steps=args.baseline_steps, cache_dir=args.cache_dir, log=args.log)
     label = None
     try:

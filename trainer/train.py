@@ -47,6 +47,7 @@ class TrainConfig:
     data: str = "synthetic"  # synthetic | nsmc:PATH | jsonl:PATH | PATH.jsonl
     seed: int = 0  # model init and data order
     checkpoint: bool = False  # recompute each layer's forward in the backward
+    threads: int | None = None  # torch host threads; None: torch's default
     baseline: bool = False  # run an all-offload pass first, for the step-time model
     baseline_steps: int | None = None  # default min(steps, 10)
     cache_dir: str | None = None  # where trained tokenizers are cached
@@ -66,6 +67,8 @@ class TrainConfig:
             raise UsageError("--lora rank must be positive")
         if self.schedule not in ("cosine", "constant"):
             raise UsageError("--schedule must be cosine or constant")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError("--threads must be at least 1")
         if self.baseline_steps is not None and self.baseline_steps < 1:
             raise UsageError("--baseline-steps must be at least 1")
 
@@ -93,9 +96,13 @@ class Recipe:
     # --- setup ---------------------------------------------------------------
 
     def setup(self) -> None:
+        import torch
+
         from trainer import backends, data, models, tokenizer
 
         cfg = self.cfg
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
         self.spec = models.resolve(cfg.model)
         self.backends = backends.parse(cfg.backend)
         self.source = data.open_source(cfg.data)
@@ -202,6 +209,8 @@ class Recipe:
         return summary
 
     def config_record(self, engine, steps: int) -> dict:
+        import torch
+
         from trainer import models
 
         cfg = self.cfg
@@ -221,6 +230,7 @@ class Recipe:
             hidden_size=engine.model.config.hidden_size,
             tied_head=models.is_tied(engine.model),
             placement=engine.placement.describe(),
+            threads=torch.get_num_threads(),
         )
         return d
 

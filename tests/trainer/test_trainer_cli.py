@@ -70,6 +70,7 @@ def test_start_records_carry_the_full_config_versions_commit_and_host(baseline_r
     assert (base.config["resident_layers"], main.config["resident_layers"]) == (0, 1)
     assert (base.config["steps"], main.config["steps"]) == (6, 12)
     assert main.config["cards"] == 2 and main.config["full"] is True
+    assert main.config["threads"] == 1  # OMP_NUM_THREADS=1 in the environment
     assert {"torch", "transformers"} <= set(main.versions)
     assert main.host and (main.git is None or len(main.git) == 40)
 
