@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from test_trainer_numerics import assert_same, engine_losses_on, plain_losses
 
 from trainer.compile import run_compile

@@ -90,6 +90,6 @@ def test_a_real_host_allocation_failure_becomes_out_of_memory_with_its_place():
     model = models.build(models.resolve("tiny-llama"), 128, seed=0)
     engine = LayerEngine(model, backends.parse("cpu"), 0, 1e-3, 0.0, 1.0)
     engine.where = "host optimizer"
-    with pytest.raises(DeviceOutOfMemory, match="in host optimizer: .*can't allocate memory"):
-        with engine._guard("host_optim", ()):
-            torch.empty(2**60, dtype=torch.uint8)  # more than any host has
+    with (pytest.raises(DeviceOutOfMemory, match="in host optimizer: .*can't allocate memory"),
+          engine._guard("host_optim", ())):
+        torch.empty(2**60, dtype=torch.uint8)  # more than any host has
