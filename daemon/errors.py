@@ -17,7 +17,11 @@ class NoSuchRun(BadInput):
     """No run has that id or name."""
 
 
-class StoreVersionError(RngdctlError):
+class StoreError(RngdctlError):
+    """The database cannot be opened or read (not a database, locked too long, disk full)."""
+
+
+class StoreVersionError(StoreError):
     """The database was written by a newer rngdctl than this one."""
 
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from daemon.errors import NoSuchRun, StoreVersionError
+from daemon.errors import NoSuchRun, StoreError, StoreVersionError
 from trainer import records
 
 SCHEMA_VERSION = 2
@@ -170,14 +170,17 @@ class Store:
 
     def __init__(self, path: str | Path, *, timeout: float = 10.0):
         self.path = Path(path)
-        _prepare_file(self.path)
-        conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
-                               check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        self.conn = conn
-        self._migrate()
+        try:
+            _prepare_file(self.path)
+            conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self.conn = conn
+            self._migrate()
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc}") from None
 
     def close(self) -> None:
         self.conn.close()

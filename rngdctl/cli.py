@@ -9,6 +9,7 @@ and ``show`` start fast.
 from __future__ import annotations
 
 import importlib
+import sqlite3
 import sys
 
 import click
@@ -66,6 +67,10 @@ def main(argv=None):
     except RngdctlError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except sqlite3.Error as exc:
+        # The store was fine when opened but failed later (locked too long, disk full).
+        click.echo(f"Error: the store failed: {exc}", err=True)
+        sys.exit(1)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(1)

@@ -114,3 +114,11 @@ def test_submit_knows_exactly_the_models_the_trainer_builds():
     from trainer.models import NAMED
 
     assert set(KNOWN_MODELS) == set(NAMED)
+
+
+def test_a_file_that_is_not_a_database_is_one_line_and_left_alone(rngdctl, home):
+    home.db_path.write_text("not a database")
+    code, _, err = rngdctl("runs")
+    assert code == 1
+    assert err.startswith("Error: cannot open the store") and "not a database" in err
+    assert home.db_path.read_text() == "not a database"
