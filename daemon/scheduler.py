@@ -11,6 +11,7 @@ import fcntl
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -117,7 +118,7 @@ class Daemon:
                     result = self.tick()
                 except Exception as exc:  # one bad tick must not end the daemon
                     log.exception("tick failed")
-                    self.store.add_event(None, "error", f"tick failed: {exc!r}")
+                    self._note_failure(exc)
                     result = TickResult()
                 if result.idle and self.exit_when_idle:
                     self.stop("idle: the queue is empty and nothing runs")
@@ -125,6 +126,12 @@ class Daemon:
                 self._stop.wait(self.config.daemon.tick)
         finally:
             self.close()
+
+    def _note_failure(self, exc: Exception) -> None:
+        try:
+            self.store.add_event(None, "error", f"tick failed: {exc!r}")
+        except sqlite3.Error:
+            log.error("cannot store the failure either: the store is failing")
 
     # === one tick ============================================================
 

@@ -141,3 +141,21 @@ def test_a_second_daemon_on_the_same_home_is_refused_with_the_first_ones_pid(dae
 def test_the_heartbeat_is_stored_every_tick(daemon, store):
     daemon.tick(now=42.0)
     assert store.daemon_state()["heartbeat"] == 42.0
+
+
+def test_a_tick_that_fails_is_stored_as_an_event_and_the_loop_goes_on(home, store):
+    ticks = []
+
+    def probe():
+        ticks.append(1)
+        if len(ticks) == 1:
+            raise OSError("proc unreadable")
+        return HostReading(0.0, (1.0, 1.0, 1.0), (), True)
+
+    config = home.config()
+    config.daemon.tick = 0.01
+    d = Daemon(home, store, config, ScriptedLauncher(), probe=probe, exit_when_idle=True)
+    d.run()
+    assert len(ticks) == 2
+    assert "proc unreadable" in store.events(kinds=["error"])[0]["message"]
+    assert store.daemon_state()["stop_reason"].startswith("idle")
