@@ -21,11 +21,19 @@ API (plain step dicts in, frozen dataclasses out; a step dict is a row of
 - ``for_run(store, run_id) -> Comparison | None``: the run's main pass against
   the model fitted from its own baseline pass (None when it has no baseline
   pass or no main steps yet). ``terms_for_run(store, run_id)`` gives the terms.
-- ``memory_check(target, card_gb=..., params_per_layer=...) -> MemoryCheck``:
-  whether C x R resident layers fit by the trainer's own memory accounting.
-- ``design_row(comparison, run=..., hardware=...)`` and
-  ``update_design_table(design_md_path, rows)``: the step-model table kept in
-  docs/design.md between marker comments (``rngdctl export --update-design``).
+- ``model_config(store, run_id, cards=, resident=, ...) -> Answer``: a config
+  that has not run, from a stored run's all-offload pass (``baseline_of``),
+  with its memory check; what ``rngdctl model`` prints.
+- ``memory_check(target, params_per_layer=, card_gb=, edge=) -> MemoryCheck``:
+  whether C x R resident layers fit on the cards by the trainer's own
+  accounting (``card_bytes``).
+- ``design_row(comparison, run=, hardware=)``, ``hardware_of(store, run_id)``
+  and ``update_design_table(design_md_path, rows)``: the step-model table kept
+  in docs/design.md between marker comments (``rngdctl export --update-design``).
+
+Errors: ``ModelFitError`` when a baseline cannot give the terms (one line,
+"cannot fit: the baseline has no upload timings"); ``BadInput`` for a config
+the trainer cannot place.
 
 The form (docs/design.md "## Step-time model" says why): the trainer
 (trainer/engine.py) times its phases one after another, uploads every
@@ -439,7 +447,7 @@ def card_bytes(target: Shape, params_per_layer: int, edge: int = 0,
                tied_head: bool = False) -> list[int]:
     """Bytes of weights, gradients and optimizer state on each card (activations not counted)."""
     out = []
-    for c, block in enumerate(blocks(target.layers, target.cards)):
+    for block in blocks(target.layers, target.cards):
         r = min(target.resident_per_card, block)
         n = params_per_layer * (RESIDENT_BYTES * r + OFFLOADED_BYTES * (block - r))
         out.append(n)

@@ -95,3 +95,16 @@ def test_rngdctl_model_on_a_run_without_an_all_offload_pass_is_one_line(store, r
     assert code == 1
     assert err == (f"Error: cannot fit: run {run} has no all-offload pass (submit it with "
                    "--baseline, or with --resident 0)\n")
+
+
+def test_the_model_and_its_command_import_neither_torch_nor_textual():
+    import subprocess
+    import sys
+
+    code = ("import sys, daemon.stepmodel, rngdctl.commands.model; "
+            "print(sorted(m for m in ('torch', 'transformers', 'textual', 'kubernetes') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+
+    assert out.strip() == "[]"
