@@ -168,7 +168,7 @@ class Home:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def ensure(self) -> "Home":
+    def ensure(self) -> Home:
         try:
             self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
             if not self.config_path.exists():

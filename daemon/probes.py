@@ -90,11 +90,11 @@ def _user(uid: int) -> str:
 
 
 def _process_start(pid_dir: Path) -> float | None:
-    try:
-        import psutil
+    import psutil
 
+    try:
         return psutil.Process(int(pid_dir.name)).create_time()
-    except Exception:
+    except psutil.Error:
         return None
 
 

@@ -35,7 +35,7 @@ _BACKEND = re.compile(r"^(cpu|cuda(:\d+)?|furiosa:(auto|\d+))$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
-def _at_least(options: dict, key: str, low: int | float) -> None:
+def _at_least(options: dict, key: str, low: float) -> None:
     value = options[key]
     if value is None or value < low:
         raise BadInput(f"--{key.replace('_', '-')} must be >= {low:g}, got {value}")

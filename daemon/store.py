@@ -12,8 +12,9 @@ import math
 import os
 import sqlite3
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Self
 
 from daemon.errors import NoSuchRun, StoreError, StoreVersionError
 from trainer import records
@@ -185,7 +186,7 @@ class Store:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

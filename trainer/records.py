@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterable
+from typing import IO, Any
 
 SCHEMA_VERSION = 1
 
@@ -222,7 +223,7 @@ _CORE_STEP_KEYS = {"kind", "v", "config_label", "step", "loss", "step_s", "token
 
 def _as_float(value: Any) -> float:
     if isinstance(value, bool):
-        raise ValueError("a boolean is not a number")
+        raise TypeError("a boolean is not a number")
     if isinstance(value, str):
         if value.lower() in ("nan", "inf", "+inf", "-inf", "infinity", "-infinity"):
             return float(value)
@@ -232,7 +233,7 @@ def _as_float(value: Any) -> float:
 
 def _as_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{value!r} is not an integer")
+        raise TypeError(f"{value!r} is not an integer")
     if isinstance(value, float) and not value.is_integer():
         raise ValueError(f"{value!r} is not an integer")
     return int(value)
@@ -242,7 +243,7 @@ def _phases(value: Any) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ValueError("phases is not an object")
+        raise TypeError("phases is not an object")
     return {str(k): _as_float(v) for k, v in value.items()}
 
 
@@ -251,7 +252,7 @@ def _label(obj: dict, default: str | None = MAIN) -> str | None:
     if label is None:
         return default
     if not isinstance(label, str):
-        raise ValueError("config_label is not a string")
+        raise TypeError("config_label is not a string")
     return label
 
 

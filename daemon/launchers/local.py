@@ -200,11 +200,11 @@ class LocalLauncher:
 
     def _escalate_cancel(self, run: dict) -> None:
         sent = self._cancel_sent.get(run["id"])
-        if sent is not None and self.clock() - sent > self.config.daemon.cancel_grace:
-            if run["id"] not in self._killed:
-                self._killed.add(run["id"])
-                self._signal(run, signal.SIGKILL)
-                self.store.add_event(run["id"], "cancel", "SIGKILL after the grace period")
+        overdue = sent is not None and self.clock() - sent > self.config.daemon.cancel_grace
+        if overdue and run["id"] not in self._killed:
+            self._killed.add(run["id"])
+            self._signal(run, signal.SIGKILL)
+            self.store.add_event(run["id"], "cancel", "SIGKILL after the grace period")
 
     def _enforce_deadline(self, run: dict) -> None:
         deadline = run["config"].get("deadline")

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import click
 
-
 DEMO_RUN = {
     "cards": 1, "resident": 2, "steps": 60, "baseline": True, "baseline_steps": 10,
     "model": "tiny-llama", "data": "synthetic", "seq_len": 64, "accum": 2, "lr": 1e-3,
@@ -52,6 +51,17 @@ def _watch(home, run_id: int, daemon: subprocess.Popen, use_tui: bool) -> None:
         click.echo(_progress_line(store, run_id))
 
 
+def _stop(home, run_id: int, daemon: subprocess.Popen) -> None:
+    """Cancel the demo's run through the daemon, which then exits; kill it if it does not."""
+    with home.store() as store:
+        store.request_cancel(run_id)
+    try:
+        daemon.wait(timeout=30)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        daemon.kill()
+        daemon.wait()
+
+
 @click.command()
 @click.option("--steps", type=click.IntRange(min=1), default=DEMO_RUN["steps"], show_default=True)
 @click.option("--no-tui", is_flag=True, help="Print progress lines instead of opening the TUI.")
@@ -66,10 +76,9 @@ def demo(ctx, home_path, steps, no_tui, out):
     Uses a fresh home unless --home or RNGDCTL_HOME names one.
     Example: rngdctl demo --no-tui
     """
+    from daemon.home import Home
     from daemon.runspec import validate
     from rngdctl.export import write_note
-
-    from daemon.home import Home
 
     given = home_path or ctx.meta.get("rngdctl.home_given")
     home = Home(given or tempfile.mkdtemp(prefix="rngdctl-demo-")).ensure()
@@ -78,25 +87,23 @@ def demo(ctx, home_path, steps, no_tui, out):
         run_id = store.add_run(validate({**DEMO_RUN, "steps": steps}), name="demo")
     click.echo(f"home {home.path}: queued run {run_id} ({steps} steps of tiny-llama on cpu, "
                f"after a 10-step all-offload baseline)")
-    daemon_log = open(home.path / "daemon.log", "ab")
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon",
-         "--launcher", "local", "--tick", "0.5", "--exit-when-idle"],
-        stdout=daemon_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        _watch(home, run_id, daemon, use_tui=not no_tui and sys.stdout.isatty())
-        daemon.wait(timeout=600)
-    except (KeyboardInterrupt, subprocess.TimeoutExpired):
-        daemon.terminate()
-        daemon.wait(timeout=30)
-        raise click.ClickException("demo interrupted; the daemon was stopped") from None
-    finally:
-        daemon_log.close()
+    with open(home.path / "daemon.log", "ab") as daemon_log:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon",
+             "--launcher", "local", "--tick", "0.5", "--exit-when-idle"],
+            stdout=daemon_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            _watch(home, run_id, daemon, use_tui=not no_tui and sys.stdout.isatty())
+            daemon.wait(timeout=600)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            _stop(home, run_id, daemon)
+            raise click.ClickException("demo interrupted; its run was cancelled") from None
     with home.store() as store:
         run = store.run(run_id)
         note = write_note(store, [run_id], Path(out) if out else home.path / "experiments")
     click.echo(f"run {run_id}: {run['status']} in {time.monotonic() - started:.0f} s")
     click.echo(f"note: {note}")
     if run["status"] != "done":
-        raise click.ClickException(f"the demo run ended {run['status']}: "
-                                   f"{(run['exit_reason'] or '').splitlines()[:1]}")
+        reason = (run["exit_reason"] or "").splitlines()
+        raise click.ClickException(f"the demo run ended {run['status']}"
+                                   + (f": {reason[0]}" if reason else ""))

@@ -10,7 +10,10 @@ def host(load1=1.0, holders=(), complete=True):
 KIM = Holder(4121, "kim", "python bench.py", ("/dev/rngd/npu0pe0-3",))
 
 
-def evaluate(h, cluster=gates.ClusterReading(), cards=1, active=(), own=()):
+NOT_APPLICABLE = gates.ClusterReading()
+
+
+def evaluate(h, cluster=NOT_APPLICABLE, cards=1, active=(), own=()):
     return {g.name: g for g in gates.evaluate(host=h, cluster=cluster, cards=cards,
                                              active=list(active), load_max=150,
                                              own_pids=set(own))}

@@ -56,7 +56,7 @@ def load():
 @pytest.fixture
 def daemon(home, store, load):
     config = home.config()
-    reading = lambda: HostReading(0.0, (load["value"], 1.0, 1.0), (), True)  # noqa: E731
+    reading = lambda: HostReading(0.0, (load["value"], 1.0, 1.0), (), True)
     d = Daemon(home, store, config, ScriptedLauncher(), probe=reading)
     d.start()
     yield d
