@@ -67,6 +67,7 @@ class K8sConfig:
     retries: int = 4  # retries of a transient API failure (no answer, 429, 5xx)
     retry_backoff: float = 0.5  # first backoff in seconds; doubles, full jitter, capped at 8
     prepull_timeout: int = 900  # seconds a pre-pull pod may take before it counts as failed
+    prepull_retry: float = 60.0  # seconds before a failed pre-pull is tried again
     cache_dir: str | None = None  # compile-cache path inside the container (--cache-dir)
 
 

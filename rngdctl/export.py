@@ -465,6 +465,22 @@ def _code(report: RunReport) -> str:
     return ", ".join(parts)
 
 
+def job_launched(report: RunReport) -> dict | None:
+    """What the run's last card Job really had, from its ``launch`` (or ``adopt``) event.
+
+    The k8s launcher stores the Job's name, namespace, node, image, cards,
+    activeDeadlineSeconds and ttlSecondsAfterFinished there; runs launched
+    before it did have no such data (None).
+    """
+    found = None
+    for event in report.events:
+        data = event.get("data") or {}
+        if event["kind"] in ("launch", "adopt") and data.get("stage", "train") == "train" \
+                and data.get("job"):
+            found = data
+    return found
+
+
 def _hardware(report: RunReport) -> str:
     run = report.run
     parts = [f"backend {_get(report.config, 'backend', default=_DASH)}"]
@@ -473,7 +489,9 @@ def _hardware(report: RunReport) -> str:
     if run.get("host"):
         parts.append(f"host {run['host']}")
     if run.get("launcher") == "k8s":
-        image = _get(report.config, "image") or (report.k8s.image if report.k8s else None)
+        job = job_launched(report) or {}
+        image = job.get("image") or _get(report.config, "image") or (
+            report.k8s.image if report.k8s else None)
         if image:
             parts.append(f"image {image}")
         parts.append(f"image digest {run['image_digest']}" if run.get("image_digest")
@@ -489,7 +507,18 @@ def _launch(report: RunReport) -> str:
     launcher = report.run.get("launcher")
     deadline = _get(report.config, "deadline")
     if launcher == "k8s":
-        how = "one run-and-exit Kubernetes Job at a time, activeDeadlineSeconds "
+        how = "one run-and-exit Kubernetes Job at a time, "
+        job = job_launched(report)
+        if job is not None:
+            # What the Job really had, stored when it was created.
+            how += f"Job {job.get('namespace') or '?'}/{job['job']}"
+            how += f" on node {job['node']}" if job.get("node") else ""
+            deadline_s, ttl = job.get("activeDeadlineSeconds"), job.get("ttlSecondsAfterFinished")
+            how += f", activeDeadlineSeconds {deadline_s if deadline_s is not None else 'unset'}"
+            how += f", ttlSecondsAfterFinished {ttl if ttl is not None else 'unset'}"
+            return how
+        # Older runs: no Job data stored; say what the config gives.
+        how += "activeDeadlineSeconds "
         if deadline:
             how += str(deadline)
         elif report.k8s is not None:

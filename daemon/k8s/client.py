@@ -185,13 +185,21 @@ class K8sClient:
                 data = response.read()
                 status = response.status
                 if 200 <= status <= 299:
+                    raw = data.decode("utf-8", errors="replace") if data else ""
+                    try:
+                        answer = raw if text else json.loads(raw) if raw else {}
+                        if not text and not isinstance(answer, dict):
+                            raise ValueError("not a JSON object")
+                    except ValueError:
+                        # A 2xx that is not a JSON object: a proxy or gateway page, not the API.
+                        last = f"{status} with a body that is not a JSON object: {raw[:80]!r}"
+                        if attempt < self.retries:
+                            self.sleep(self._delay(attempt, None))
+                        continue
                     if attempt and self.on_event:
                         self.on_event("k8s_retry", f"{op} answered after {attempt} "
                                       f"retr{'y' if attempt == 1 else 'ies'} (last: {last})")
-                    raw = data.decode("utf-8", errors="replace") if data else ""
-                    if text:
-                        return raw
-                    return json.loads(raw) if raw else {}
+                    return answer
                 exc = ApiException(http_resp=response)
                 exc.body = data.decode("utf-8", errors="replace") if data else ""
                 retry_after = response.headers.get("Retry-After") if response.headers else None

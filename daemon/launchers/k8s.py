@@ -9,7 +9,11 @@ Per tick (see docs/design.md, "Kubernetes launcher"):
   (3 calls), ingests the lines, and ends the run from the pod's state.
 - An image-pull error deletes the Job in the same tick (the cards come back
   at once), marks the image missing and requeues the run; the next gate
-  check pre-pulls it. After ``max_attempts`` the run fails with the message.
+  check pre-pulls it. A pre-pull pod that cannot pull (a pull error, a failed
+  pod, or no pull within ``prepull_timeout``) is deleted and tried again after
+  ``prepull_retry``. Each Job launched and each failed pre-pull is one try of
+  the run; after ``max_attempts`` tries the run fails with the first kubelet
+  message, even while it is still queued.
 
 The Job's name, the log cursor (``log_since``, ``log_offset``), node and
 image digest live in the run's row, so a restarted daemon adopts the Job and
@@ -63,7 +67,8 @@ class K8sLauncher:
         self._unavailable: set[int | None] = set()  # runs with an open "API down" streak
         self._missing: set[str] = set()  # images a pod failed to pull
         self._pulled: dict[str, float] = {}  # image -> when our pre-pull pod got it
-        self._prepull_failed: dict[str, tuple[float, str]] = {}
+        self._prepull_failed: dict[str, tuple[float, str]] = {}  # image -> (when, why)
+        self._prepull_started: dict[str, float] = {}  # image -> when its pod was first seen
         self._before_launch: dict[int, set[int]] = {}  # run -> holder pids before launch
         self._checked_holders: set[int] = set()  # runs whose holders were found ours
         self._own: set[int] = set()
@@ -189,7 +194,11 @@ class K8sLauncher:
         self._end.pop(run["id"], None)
         precompile = bool(run["config"].get("precompile") or self.k8s.precompile)
         stage = jobspec.COMPILE if precompile else jobspec.TRAIN
-        name = self._create_job(run, node, stage)
+        try:
+            name = self._create_job(run, node, stage)
+        except (K8sError, ConfigError) as exc:
+            raise LaunchError(f"cannot create Job {self.ns}/{jobspec.job_name(run, stage)}: "
+                              f"{exc}") from None
         self.store.update_run(run["id"], status="running", job_name=name, node=node,
                               log_since=None, log_offset=0)
 
@@ -247,6 +256,8 @@ class K8sLauncher:
         except K8sRejected as exc:
             self.store.add_event(run_id, "k8s_error", str(exc), now=self.clock())
             return Outcome(FAILED, f"the Kubernetes API refused a request: {exc}")
+        except (LaunchError, ConfigError) as exc:  # the card Job after a compile Job
+            return Outcome(FAILED, str(exc))
         self._up(run_id)
         return outcome
 
@@ -311,14 +322,14 @@ class K8sLauncher:
         if deadline:
             seconds = (job.get("spec") or {}).get("activeDeadlineSeconds")
             return Outcome(TIMEOUT, f"DeadlineExceeded: the Job ran past its {seconds} s "
-                                    f"deadline" + self._tail_suffix(run_id))
+                                    f"deadline" + self._tail_suffix(run_id, stage))
         put_out = view is not None and (view.reason in cluster.EVICTION_REASONS
                                         or view.disrupted or view.phase == "Unknown")
         if put_out and (view.phase in ("Failed", "Unknown") or view.deleting):
             return self._evicted(run, job, view)
         if view is not None and view.terminated == "OOMKilled":
             return Outcome(OOM, "OOMKilled: the container ran out of memory"
-                                + self._tail_suffix(run_id), view.exit_code)
+                                + self._tail_suffix(run_id, stage), view.exit_code)
         if view is not None and view.finished:
             code = view.exit_code
             if code == 0 or (code is None and view.phase == "Succeeded"):
@@ -327,20 +338,20 @@ class K8sLauncher:
                 return Outcome(OOM, "the trainer ran out of memory" + self._end_suffix(run_id),
                                code)
             return Outcome(FAILED, f"exit code {code} ({view.terminated or view.phase})"
-                                   + self._end_suffix(run_id) + self._tail_suffix(run_id), code)
+                                   + self._end_suffix(run_id) + self._tail_suffix(run_id, stage), code)
         if condition is not None:
             kind, reason, message = condition
             if kind == "Complete":
                 return Outcome(DONE, None, 0)
             return Outcome(FAILED, f"Job failed: {reason or ''} {message or ''}".strip()
-                                   + self._tail_suffix(run_id))
+                                   + self._tail_suffix(run_id, stage))
         return None
 
     def _evicted(self, run: dict, job: dict, view: cluster.PodView) -> Outcome:
         why = view.reason or view.disrupted or ("node lost" if view.phase == "Unknown" else "")
         reason = f"pod {view.name} was put out ({why}): {view.message or ''}".strip()
         self._delete(job["metadata"]["name"], [view.name])
-        if self.k8s.requeue_on_eviction and int(run.get("attempts") or 0) < self.k8s.max_attempts:
+        if self.k8s.requeue_on_eviction and self._tries(run) < self.k8s.max_attempts:
             self.store.add_event(run["id"], "evicted", reason, now=self.clock())
             return Outcome(REQUEUE, reason)
         return Outcome(FAILED, reason)
@@ -352,15 +363,28 @@ class K8sLauncher:
         image = self._image(run)
         self._missing.add(image)
         self._pulled.pop(image, None)
-        attempts = int(run.get("attempts") or 0)
+        tries = self._tries(run)
         self.store.add_event(run["id"], "image_pull",
-                             f"{message} (attempt {attempts} of {self.k8s.max_attempts}); "
-                             f"deleted Job {name} to free its cards", now=self.clock())
-        if attempts >= self.k8s.max_attempts:
-            return Outcome(FAILED, f"image {image} could not be pulled after {attempts} "
-                                   f"attempts: {message}")
+                             f"{message} (try {tries} of {self.k8s.max_attempts}); "
+                             f"deleted Job {name} to free its cards", now=self.clock(),
+                             data={"image": image, "message": message, "job": name})
+        if tries >= self.k8s.max_attempts:
+            return Outcome(FAILED, self._pull_gave_up(run["id"], image, tries, message))
         return Outcome(REQUEUE, f"image {image} not pulled ({view.waiting}); a pre-pull pod "
                                 f"without a card fetches it before the retry")
+
+    def _tries(self, run: dict) -> int:
+        """Tries of a run so far: each Job launched, and each pre-pull pod that failed."""
+        failed = self.store.events(run_id=run["id"], kinds=["prepull_failed"])
+        return int(run.get("attempts") or 0) + len(failed)
+
+    def _pull_gave_up(self, run_id: int, image: str, tries: int, message: str) -> str:
+        """The failed run's reason: the first kubelet message of its pulls (later ones degrade)."""
+        pulls = self.store.events(run_id=run_id, kinds=["image_pull", "prepull_failed"])
+        first = next(((e.get("data") or {}).get("message") for e in pulls
+                      if (e.get("data") or {}).get("message")), None) or message
+        return (f"image {image} could not be pulled after {tries} "
+                f"tr{'y' if tries == 1 else 'ies'}: {first}")
 
     def _compiled(self, run: dict, compile_name: str) -> Outcome | None:
         """The compile Job succeeded: start the card Job now."""
@@ -427,7 +451,7 @@ class K8sLauncher:
         self._delete(name, [view.name])
         self.store.add_event(run["id"], "foreign_holder", reason + f"; deleted Job {name}",
                              now=self.clock())
-        if int(run.get("attempts") or 0) >= self.k8s.max_attempts:
+        if self._tries(run) >= self.k8s.max_attempts:
             return Outcome(FAILED, f"a foreign process held the cards: {reason}")
         return Outcome(REQUEUE, f"a foreign process held the cards: {reason}")
 
@@ -463,8 +487,8 @@ class K8sLauncher:
         if not self._daemon:
             return False, f"{image}: {why}; the daemon pre-pulls it with a card-less pod"
         failed = self._prepull_failed.get(image)
-        if failed and now - failed[0] < self.k8s.prepull_timeout:
-            wait = self.k8s.prepull_timeout - (now - failed[0])
+        if failed and now - failed[0] < self.k8s.prepull_retry:
+            wait = self.k8s.prepull_retry - (now - failed[0])
             return False, f"{image}: pre-pull failed: {failed[1]}; next try in {wait:.0f} s"
         try:
             return self._prepull(run, node["metadata"]["name"], image, why)
@@ -485,31 +509,63 @@ class K8sLauncher:
                 self.client.create_pod(self.ns, body)
             except K8sConflict:
                 pass  # one of ours from before a restart: watch it
+            self._prepull_started[image] = self.clock()
             self.store.add_event(run_id, "prepull", f"{image}: {why}; pre-pulling on {node} "
                                  f"with pod {name} (no card)", now=self.clock())
             return False, f"{image}: {why}; pre-pulling with pod {name}"
+        started = self._prepull_started.setdefault(image, self.clock())
         view = cluster.pod_view(pod)
         pulled = view.started or view.waiting in ("RunContainerError", "CreateContainerError",
                                                   "StartError")
         if pulled:
             self.client.delete_pod(self.ns, name, grace_seconds=0)
+            self._prepull_started.pop(image, None)
             self._pulled[image] = self.clock()
             self._missing.discard(image)
             self._prepull_failed.pop(image, None)
             self.store.add_event(run_id, "prepull", f"{image} pulled onto {node} by pod {name}",
                                  now=self.clock())
             return True, f"{image} pulled onto the node by our pre-pull pod"
-        if view.waiting == "InvalidImageName" or view.phase == "Failed":
-            message = f"{view.waiting or view.reason or view.phase}: " \
-                      f"{view.waiting_message or view.message or ''}".strip()
-            self.client.delete_pod(self.ns, name, grace_seconds=0)
-            self._prepull_failed[image] = (self.clock(), message)
-            self.store.add_event(run_id, "prepull_failed", f"{image}: {message}",
-                                 now=self.clock())
-            return False, f"{image}: pre-pull failed: {message}"
+        failure = self._prepull_failure(view, started)
+        if failure is not None:
+            return self._prepull_failed_now(run, name, image, failure)
         state = view.waiting or view.phase
         detail = f" ({view.waiting_message})" if view.waiting_message else ""
         return False, f"{image}: pre-pulling with pod {name}: {state}{detail}"
+
+    def _prepull_failure(self, view: cluster.PodView, started: float) -> str | None:
+        """Why the pre-pull pod failed (the kubelet's message), or None while it may still pull."""
+        if view.waiting in cluster.PULL_ERRORS:
+            return f"{view.waiting}: {view.waiting_message or 'the image cannot be pulled'}"
+        if view.phase == "Failed":
+            return f"{view.reason or 'Failed'}: {view.message or 'the pre-pull pod failed'}"
+        if self.clock() - started >= self.k8s.prepull_timeout:
+            return (f"not pulled within {self.k8s.prepull_timeout} s "
+                    f"({view.waiting or view.phase})")
+        return None
+
+    def _prepull_failed_now(self, run: dict, pod_name: str, image: str,
+                            message: str) -> tuple[bool, str]:
+        """Delete the pre-pull pod and count a try; after ``max_attempts`` fail the queued run."""
+        self.client.delete_pod(self.ns, pod_name, grace_seconds=0)
+        self._prepull_started.pop(image, None)
+        self._prepull_failed[image] = (self.clock(), message)
+        run_id = run.get("id")
+        self.store.add_event(run_id, "prepull_failed", f"{image}: {message}", now=self.clock(),
+                             data={"image": image, "message": message, "pod": pod_name})
+        if run_id is None:
+            return False, f"{image}: pre-pull failed: {message}"
+        tries = self._tries(run)
+        if tries < self.k8s.max_attempts:
+            return False, (f"{image}: pre-pull failed (try {tries} of {self.k8s.max_attempts}): "
+                           f"{message}; next try in {self.k8s.prepull_retry:g} s")
+        # The run is the queue's head and still queued: the scheduler will not launch it
+        # (the image gate fails, and claim_for_launch only claims a queued run).
+        reason = self._pull_gave_up(run_id, image, tries, message)
+        self.store.finish_run(run_id, FAILED, reason=reason, now=self.clock())
+        self.store.add_event(run_id, "finished", f"{FAILED}: {reason}", now=self.clock())
+        log.info("run %s %s %s", run_id, FAILED, reason)
+        return False, f"{image}: run {run_id} failed: {reason}"
 
     # === helpers =============================================================
 
@@ -529,14 +585,33 @@ class K8sLauncher:
             if labels.get(jobspec.RUN_LABEL) != str(run["id"]):
                 raise LaunchError(f"Job {self.ns}/{name} exists and is not this run's") from None
             self.store.add_event(run["id"], "adopt", f"Job {name} already existed: adopted",
-                                 now=self.clock())
+                                 now=self.clock(), data=self._job_data(existing, stage))
             return name
-        except K8sError as exc:
-            raise LaunchError(f"cannot create Job {self.ns}/{name}: {exc}") from None
-        cards = run["config"]["cards"] if stage == jobspec.TRAIN else 0
+        data = self._job_data(body, stage)
         self.store.add_event(run["id"], "launch", f"created {stage} Job {self.ns}/{name} on node "
-                             f"{node}: {cards} card(s), image {image}", now=self.clock())
+                             f"{node}: {data['cards']} card(s), image {image}, "
+                             f"activeDeadlineSeconds {data['activeDeadlineSeconds']}, "
+                             f"ttlSecondsAfterFinished {data['ttlSecondsAfterFinished']}",
+                             now=self.clock(), data=data)
         return name
+
+    @staticmethod
+    def _job_data(job: dict, stage: str) -> dict:
+        """What a Job really has, for the ``launch`` event (the experiment note reads it)."""
+        meta, spec = job.get("metadata") or {}, job.get("spec") or {}
+        pod = ((spec.get("template") or {}).get("spec")) or {}
+        container = (pod.get("containers") or [{}])[0]
+        limits = (container.get("resources") or {}).get("limits") or {}
+        return {
+            "job": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "stage": stage,
+            "node": (pod.get("nodeSelector") or {}).get(jobspec.HOSTNAME_LABEL),
+            "image": container.get("image"),
+            "cards": int(limits.get(jobspec.RESOURCE) or 0),
+            "activeDeadlineSeconds": spec.get("activeDeadlineSeconds"),
+            "ttlSecondsAfterFinished": spec.get("ttlSecondsAfterFinished"),
+        }
 
     def _pod_names(self, job_name: str) -> list[str]:
         return [p["metadata"]["name"]
@@ -558,9 +633,10 @@ class K8sLauncher:
         end = self._end.get(run_id)
         return f"; trainer: {end.status}: {end.error}" if end and end.error else ""
 
-    def _tail_suffix(self, run_id: int) -> str:
+    def _tail_suffix(self, run_id: int, stage: str = jobspec.TRAIN) -> str:
         """The last non-record lines of the saved log, for a failed run's reason."""
-        path = self.home.run_dir(run_id) / "trainer.log"
+        path = self.home.run_dir(run_id) / ("compile.log" if stage == jobspec.COMPILE
+                                            else "trainer.log")
         try:
             with open(path, "rb") as fh:
                 fh.seek(0, 2)

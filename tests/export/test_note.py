@@ -65,7 +65,8 @@ def test_verification_names_code_recipe_hardware_and_launch(store, recorded, tmp
     assert "one run at a time, deadline 900 s." in text
 
 
-def test_a_k8s_run_names_its_node_image_digest_and_job_limits(store, recorded, tmp_path):
+def test_an_older_k8s_run_without_job_data_takes_its_job_limits_from_the_config(
+        store, recorded, tmp_path):
     run = recorded(drifting_steps(), config={"image": "furiosa-llm:latest"})
     store.update_run(run, launcher="k8s", node="npu-node-1", image_digest="sha256:37a85288")
     text = write_note(store, [run], tmp_path, now=T0, k8s=K8sConfig()).read_text()
@@ -73,6 +74,23 @@ def test_a_k8s_run_names_its_node_image_digest_and_job_limits(store, recorded, t
             "image digest sha256:37a85288.") in text
     assert ("- Launch: one run-and-exit Kubernetes Job at a time, activeDeadlineSeconds 7200 "
             "(config.toml's [k8s] default_deadline), ttlSecondsAfterFinished 3600.") in text
+
+
+def test_a_k8s_run_reports_the_limits_its_job_really_had_not_todays_config(store, recorded,
+                                                                          tmp_path):
+    run = recorded(drifting_steps(), config={"image": "furiosa-llm:latest"})
+    store.update_run(run, launcher="k8s", node="npu-node-1", image_digest="sha256:37a85288")
+    job = {"job": "rngd-1-a2", "namespace": "ml", "stage": "train", "node": "npu-node-1",
+           "image": "registry.example/furiosa-llm:2026.1", "cards": 1,
+           "activeDeadlineSeconds": 1800, "ttlSecondsAfterFinished": 600}
+    store.add_event(run, "launch", "created compile Job", now=T0 + 11,
+                    data={**job, "job": "rngd-1-a2-compile", "stage": "compile", "cards": 0})
+    store.add_event(run, "launch", "created train Job", now=T0 + 12, data=job)
+    changed = K8sConfig(default_deadline=60, ttl_seconds=5, image="other:1")
+    text = write_note(store, [run], tmp_path, now=T0, k8s=changed).read_text()
+    assert ("- Launch: one run-and-exit Kubernetes Job at a time, Job ml/rngd-1-a2 on node "
+            "npu-node-1, activeDeadlineSeconds 1800, ttlSecondsAfterFinished 600.") in text
+    assert "image registry.example/furiosa-llm:2026.1, image digest sha256:37a85288." in text
 
 
 def test_a_run_with_no_steps_gets_a_note_that_says_so(store, recorded, tmp_path):

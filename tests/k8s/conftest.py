@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 from k8s_emulator import NODE, NS, Cluster
+from k8s_support import IMAGE, Clock
 
 from daemon.home import Config
-
-IMAGE = "registry.example/furiosa-llm:2026.1"
 
 
 @pytest.fixture
@@ -41,12 +40,17 @@ def proc(tmp_path):
 
 
 @pytest.fixture
-def launcher(cluster, home, store, config, proc):
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def launcher(cluster, home, store, config, proc, clock):
     from daemon.ingest import Ingest
     from daemon.launchers.k8s import K8sLauncher
 
     k8s = K8sLauncher(home=home, store=store, config=config, ingest=Ingest(store),
-                      proc=str(proc))
+                      proc=str(proc), clock=clock)
     yield k8s
     k8s.close()
 
@@ -63,25 +67,15 @@ def submit(store):
     return add
 
 
-def start_line(run_id: int) -> str:
-    from trainer import records
+@pytest.fixture
+def daemon(home, store, config, launcher):
+    """The real scheduler over the launcher, on an idle host; tick it with ``tick(now=...)``."""
+    from daemon.probes import HostReading
+    from daemon.scheduler import Daemon
 
-    return records.dumps(records.Start(config_label="main", config={"cards": 2},
-                                       run_id=str(run_id), versions={"torch": "2.13.0"},
-                                       git="abc123", host="pod", time=1000.0))
-
-
-def step_line(step: int, loss: float = 2.0) -> str:
-    from trainer import records
-
-    return records.dumps(records.Step(config_label="main", step=step, loss=loss, step_s=1.5,
-                                      tokens=1024, lr=1e-5, time=1000.0 + step))
-
-
-def end_line(status: str = "ok", error: str | None = None) -> str:
-    from trainer import records
-
-    return records.dumps(records.End(status=status, error=error, time=2000.0))
+    idle = HostReading(time=0, load=(1.0, 1.0, 1.0), holders=(), complete=True)
+    launcher.startup()
+    return Daemon(home, store, config, launcher, probe=lambda: idle)
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import IMAGE, end_line, start_line, step_line
 from k8s_emulator import NODE
+from k8s_support import IMAGE, end_line, start_line, step_line
 
 
 def test_the_daemon_runs_a_queued_run_as_a_job_to_done(cluster, home, store, rngdctl, submit):

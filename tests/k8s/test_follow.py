@@ -3,39 +3,37 @@
 from __future__ import annotations
 
 import pytest
-from conftest import end_line, start_line, step_line
+from k8s_support import end_line, start_line, step_line, tick_until_launched
 
-from daemon.probes import HostReading
-
-IDLE = HostReading(time=0, load=(1.0, 1.0, 1.0), holders=(), complete=True)
 RUNNING = {"running": {"startedAt": "2026-01-01T00:00:01Z"}}
+MISSING = "registry.example/furiosa-llm:typo"
 
 
-@pytest.fixture
-def daemon(home, store, config, launcher):
-    from daemon.scheduler import Daemon
-
-    launcher.startup()
-    return Daemon(home, store, config, launcher, probe=lambda: IDLE)
+def _waiting(reason: str, message: str, container: str = "trainer") -> dict:
+    return {"phase": "Pending", "containerStatuses": [
+        {"name": container, "state": {"waiting": {"reason": reason, "message": message}}}]}
 
 
+@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff", "InvalidImageName"])
 def test_an_image_pull_error_deletes_the_job_in_one_tick_pre_pulls_and_retries(
-        cluster, daemon, submit, store):
+        cluster, daemon, submit, store, reason):
     run_id = submit()
     daemon.tick(now=1)
     assert daemon.tick(now=2).launched == run_id  # gates passed on 2 ticks in a row
     job = store.run(run_id)["job_name"]
     pod = cluster.start_pod(job, phase="Pending", state={"waiting": {
-        "reason": "ErrImagePull", "message": "rpc error: manifest unknown"}})
+        "reason": reason, "message": "rpc error: manifest unknown"}})
 
     daemon.tick(now=3)
     assert cluster.get("batch/v1/jobs", job) is None
     assert cluster.get("v1/pods", pod) is None  # its cards are free now
     assert store.run(run_id)["status"] == "queued"
     messages = [e["message"] for e in store.events(run_id=run_id, kinds=["image_pull"])]
-    assert messages and "ErrImagePull: rpc error: manifest unknown" in messages[0]
+    assert messages and f"{reason}: rpc error: manifest unknown" in messages[0]
     [prepull] = cluster.names("v1/pods")  # the same tick's gate check started the pre-pull
-    assert "furiosa.ai/rngd" not in str(cluster.get("v1/pods", prepull)["spec"])
+    spec = cluster.get("v1/pods", prepull)["spec"]
+    assert spec["nodeName"] == "rngd-node-1"
+    assert "furiosa.ai/rngd" not in str(spec)  # it asks for no card
 
     cluster.patch("v1/pods", prepull, {"status": {"phase": "Succeeded", "containerStatuses": [
         {"name": "prepull", "state": {"terminated": {"exitCode": 0}}}]}})
@@ -46,16 +44,70 @@ def test_an_image_pull_error_deletes_the_job_in_one_tick_pre_pulls_and_retries(
     assert cluster.get("batch/v1/jobs", run["job_name"]) is not None
 
 
-def test_the_run_fails_with_the_first_pull_message_after_max_attempts(
-        cluster, config, running, launcher, store):
-    config.k8s.max_attempts = 1
-    run_id, job = running()
-    cluster.start_pod(job, phase="Pending", state={"waiting": {
-        "reason": "ImagePullBackOff", "message": "Back-off pulling image"}})
-    outcome = launcher.follow(store.run(run_id))
-    assert outcome.status == "failed"
-    assert "could not be pulled after 1 attempts: ImagePullBackOff" in outcome.reason
-    assert cluster.get("batch/v1/jobs", job) is None
+def test_pull_failures_and_failed_pre_pulls_share_max_attempts_and_the_first_message_is_kept(
+        cluster, daemon, submit, store, config, clock):
+    config.k8s.max_attempts = 2
+    run_id = submit()
+    now = tick_until_launched(daemon, store, run_id, 1)
+    cluster.start_pod(store.run(run_id)["job_name"], phase="Pending", state={"waiting": {
+        "reason": "ErrImagePull", "message": "manifest for furiosa-llm:2026.1 not found"}})
+    daemon.tick(now=now)  # try 1: the Job is deleted, the pre-pull pod starts
+    [prepull] = cluster.names("v1/pods")
+    cluster.patch("v1/pods", prepull, {"status": _waiting(
+        "ImagePullBackOff", "Back-off pulling image", "prepull")})
+
+    assert daemon.tick(now=now + 1).launched is None  # try 2: the pre-pull failed
+    run = store.run(run_id)
+    assert run["status"] == "failed"
+    assert run["exit_reason"] == ("image registry.example/furiosa-llm:2026.1 could not be "
+                                  "pulled after 2 tries: ErrImagePull: manifest for "
+                                  "furiosa-llm:2026.1 not found")
+    assert cluster.names("v1/pods") == [] and cluster.names("batch/v1/jobs") == []
+
+
+def test_a_pre_pull_that_keeps_failing_fails_the_queued_run_and_unblocks_the_queue(
+        cluster, daemon, submit, store, config, clock):
+    config.k8s.prepull_retry = 30
+    stuck = submit(image=MISSING)
+    behind = submit()
+    messages = ["pull access denied, repository does not exist", "Back-off pulling image",
+                "Back-off pulling image"]
+    for i, message in enumerate(messages):
+        daemon.tick(now=10 * i)  # the gate check starts a pre-pull pod
+        [pod] = cluster.names("v1/pods")
+        assert "furiosa.ai/rngd" not in str(cluster.get("v1/pods", pod)["spec"])
+        cluster.patch("v1/pods", pod, {"status": _waiting(
+            "ErrImagePull" if i == 0 else "ImagePullBackOff", message, "prepull")})
+        assert daemon.tick(now=10 * i + 1).launched is None
+        assert cluster.names("v1/pods") == []  # the failed pre-pull pod is deleted at once
+        if i == 0:
+            clock.now += 10
+            daemon.tick(now=10 * i + 2)
+            assert cluster.names("v1/pods") == []  # no new pod before prepull_retry
+        clock.now += 30
+
+    run = store.run(stuck)
+    assert (run["status"], run["attempts"]) == ("failed", 0)  # no Job was ever launched
+    assert run["exit_reason"] == (f"image {MISSING} could not be pulled after 3 tries: "
+                                  "ErrImagePull: pull access denied, repository does not exist")
+    assert [e["message"] for e in store.events(run_id=stuck, kinds=["finished"])] == [
+        "failed: " + run["exit_reason"]]
+    tick_until_launched(daemon, store, behind, 100)  # the next run is the head now and starts
+    assert store.run(stuck)["status"] == "failed"
+
+
+def test_a_pre_pull_pod_that_never_pulls_counts_as_a_failed_try(
+        cluster, daemon, submit, store, config, clock):
+    run_id = submit(image=MISSING)
+    daemon.tick(now=1)
+    [pod] = cluster.names("v1/pods")
+    cluster.patch("v1/pods", pod, {"status": _waiting("ContainerCreating", "", "prepull")})
+    clock.now += config.k8s.prepull_timeout
+    daemon.tick(now=2)
+    assert cluster.names("v1/pods") == []
+    [event] = store.events(run_id=run_id, kinds=["prepull_failed"])
+    assert event["message"] == f"{MISSING}: not pulled within 900 s (ContainerCreating)"
+    assert store.run(run_id)["status"] == "queued"  # 1 try of 3
 
 
 def test_oomkilled_ends_the_run_as_oom(cluster, running, launcher, store):
@@ -92,27 +144,34 @@ def test_a_non_zero_exit_fails_the_run_with_the_logs_tail(cluster, running, laun
     assert outcome.reason.endswith("RuntimeError: rngd0: device lost")
 
 
-def _evict(cluster, job):
-    pod = cluster.start_pod(job)
-    cluster.set_pod(pod, phase="Failed", state={"terminated": {"exitCode": 137}},
-                    reason="Evicted", message="The node was low on resource: memory.")
+PUT_OUT = {
+    "evicted": {"phase": "Failed", "state": {"terminated": {"exitCode": 137}},
+                "reason": "Evicted", "message": "The node was low on resource: memory."},
+    "node lost": {"phase": "Unknown", "state": RUNNING, "reason": "NodeLost",
+                  "message": "Node rngd-node-1 which was running pod is unresponsive"},
+}
 
 
-def test_an_evicted_pod_requeues_the_run_when_the_config_says_so(cluster, running, launcher,
-                                                                store):
+@pytest.mark.parametrize("how", PUT_OUT)
+def test_a_pod_put_out_requeues_the_run_when_the_config_says_so(cluster, running, launcher,
+                                                                store, how):
     run_id, job = running()
-    _evict(cluster, job)
+    pod = cluster.start_pod(job)
+    cluster.set_pod(pod, **PUT_OUT[how])
     outcome = launcher.follow(store.run(run_id))
-    assert outcome.status == "requeue" and "Evicted" in outcome.reason
+    assert outcome.status == "requeue" and PUT_OUT[how]["reason"] in outcome.reason
+    assert cluster.get("batch/v1/jobs", job) is None
 
 
-def test_an_evicted_pod_fails_the_run_when_requeue_is_off(cluster, running, launcher, store,
-                                                         config):
+@pytest.mark.parametrize("how", PUT_OUT)
+def test_a_pod_put_out_fails_the_run_with_the_reason_when_requeue_is_off(
+        cluster, running, launcher, store, config, how):
     config.k8s.requeue_on_eviction = False
     run_id, job = running()
-    _evict(cluster, job)
+    pod = cluster.start_pod(job)
+    cluster.set_pod(pod, **PUT_OUT[how])
     outcome = launcher.follow(store.run(run_id))
-    assert outcome.status == "failed" and "low on resource: memory" in outcome.reason
+    assert outcome.status == "failed" and PUT_OUT[how]["message"] in outcome.reason
 
 
 def test_a_finished_run_has_every_step_its_log_digest_node_and_versions(

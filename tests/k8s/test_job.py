@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from conftest import IMAGE
+import pytest
 from k8s_emulator import NODE
+from k8s_support import IMAGE
 
 from daemon.k8s import jobspec
 
@@ -27,6 +28,15 @@ def test_the_job_runs_once_on_the_node_with_its_cards_deadline_and_ttl(cluster, 
     assert job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "rngdctl"
     assert job["metadata"]["labels"]["rngdctl.io/run-id"] == str(run_id)
     assert store.run(run_id)["status"] == "running"
+
+
+def test_the_launch_event_records_what_the_job_really_has(cluster, running, store):
+    run_id, name = running(cards=2, deadline=1800)
+    [event] = store.events(run_id=run_id, kinds=["launch"])
+    assert event["data"] == {"job": name, "namespace": "ml", "stage": "train", "node": NODE,
+                             "image": IMAGE, "cards": 2, "activeDeadlineSeconds": 1800,
+                             "ttlSecondsAfterFinished": 600}
+    assert "activeDeadlineSeconds 1800, ttlSecondsAfterFinished 600" in event["message"]
 
 
 def test_the_trainer_argv_is_a_list_with_the_run_settings(cluster, running):
@@ -53,6 +63,7 @@ def test_env_volumes_and_requests_come_from_the_config(cluster, running, config)
                           {"name": "Compile Cache", "pvc": "cache", "mount": "/cache"}]
     config.k8s.cpu, config.k8s.memory = "16", "200Gi"
     config.k8s.service_account = "rngd-trainer"
+    config.k8s.pull_policy = "Always"
     _, name = running()
     pod = cluster.get("batch/v1/jobs", name)["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -63,17 +74,22 @@ def test_env_volumes_and_requests_come_from_the_config(cluster, running, config)
     assert container["volumeMounts"][0] == {"name": "models", "mountPath": "/models",
                                             "readOnly": True}
     assert container["resources"]["requests"]["memory"] == "200Gi"
+    assert container["resources"]["requests"]["cpu"] == "16"
+    assert container["imagePullPolicy"] == "Always"
     assert pod["serviceAccountName"] == "rngd-trainer"
 
 
-def test_a_bad_volume_entry_is_one_clear_config_error(running, config):
-    import pytest
-
-    from daemon.errors import ConfigError
-
+def test_a_bad_volume_entry_fails_the_launch_with_one_clear_line(cluster, daemon, submit, store,
+                                                                config):
     config.k8s.volumes = [{"name": "x", "mount": "/x"}]
-    with pytest.raises(ConfigError, match=r"volumes\[0\] needs exactly one of host_path or pvc"):
-        running()
+    run_id = submit()
+    daemon.tick(now=1)
+    daemon.tick(now=2)
+    run = store.run(run_id)
+    assert run["status"] == "failed"
+    assert run["exit_reason"] == (f"cannot create Job ml/rngd-{run_id}-a1: config.toml: [k8s] "
+                                  "volumes[0] needs exactly one of host_path or pvc")
+    assert cluster.names("batch/v1/jobs") == []
 
 
 def test_names_are_dns_1123_and_at_most_63_characters():
@@ -88,9 +104,11 @@ def test_names_are_dns_1123_and_at_most_63_characters():
     assert len(pull) <= 63 and DNS_1123.match(pull)
 
 
+@pytest.mark.parametrize("where", ["--precompile", "config"])
 def test_precompile_runs_a_cardless_compile_job_then_the_card_job(cluster, running, launcher,
-                                                                  store):
-    run_id, name = running(precompile=True)
+                                                                  store, config, where):
+    config.k8s.precompile = where == "config"
+    run_id, name = running(precompile=where == "--precompile")
     job = cluster.get("batch/v1/jobs", name)
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"][3] == "compile"
@@ -107,13 +125,49 @@ def test_precompile_runs_a_cardless_compile_job_then_the_card_job(cluster, runni
     assert train["command"][3] == "train"
     assert train["resources"]["limits"]["furiosa.ai/rngd"] == "2"
     assert "compiled 12 graphs" in (launcher.home.run_dir(run_id) / "compile.log").read_text()
+    stages = [e["data"]["stage"] for e in store.events(run_id=run_id, kinds=["launch"])]
+    assert stages == ["compile", "train"]
 
 
 def test_a_failed_compile_fails_the_run_before_any_card_is_asked(cluster, running, launcher,
                                                                 store):
     run_id, name = running(precompile=True)
-    cluster.start_pod(name, phase="Failed",
-                      state={"terminated": {"exitCode": 1, "reason": "Error"}})
+    pod = cluster.start_pod(name, phase="Failed",
+                            state={"terminated": {"exitCode": 1, "reason": "Error"}})
+    cluster.log(pod, [("2026-01-01T00:00:02Z", "CompileError: graph 3 exceeds the SRAM")])
     outcome = launcher.follow(store.run(run_id))
     assert outcome.status == "failed" and outcome.reason.startswith(f"compile Job {name}")
+    assert outcome.reason.endswith("--- log tail ---\nCompileError: graph 3 exceeds the SRAM")
     assert cluster.names("batch/v1/jobs") == [name]
+
+
+def test_a_card_job_stored_despite_a_503_is_adopted_when_the_retried_create_meets_it(
+        cluster, running, launcher, store):
+    run_id, name = running(precompile=True)
+    cluster.start_pod(name, phase="Succeeded",
+                      state={"terminated": {"exitCode": 0, "reason": "Completed"}})
+    cluster.finish_job(name, "Complete")
+    # The API server stores the Job but the answer is lost: the retry meets a 409.
+    cluster.fail("post", "/apis/batch/v1/namespaces/ml/jobs", times=1, payload=503)
+    assert launcher.follow(store.run(run_id)) is None
+    run = store.run(run_id)
+    assert run["status"] == "running" and run["job_name"] == f"rngd-{run_id}-a1"
+    assert cluster.names("batch/v1/jobs") == [run["job_name"], name]
+    [adopt] = store.events(run_id=run_id, kinds=["adopt"])
+    assert adopt["data"]["stage"] == "train" and adopt["data"]["cards"] == 2
+
+
+def test_the_experiment_note_reports_the_deadline_and_ttl_the_job_was_created_with(
+        cluster, running, launcher, store, config, tmp_path):
+    from rngdctl.export import write_note
+
+    run_id, name = running(deadline=1800)
+    pod = cluster.start_pod(name, phase="Succeeded",
+                            state={"terminated": {"exitCode": 0, "reason": "Completed"}})
+    cluster.log(pod, [("2026-01-01T00:00:02Z", "done")])
+    store.finish_run(run_id, launcher.follow(store.run(run_id)).status)
+    config.k8s.ttl_seconds = 5  # changed since: the note must not take it from here
+    text = write_note(store, [run_id], tmp_path, k8s=config.k8s).read_text()
+    assert (f"- Launch: one run-and-exit Kubernetes Job at a time, Job ml/{name} on node "
+            f"{NODE}, activeDeadlineSeconds 1800, ttlSecondsAfterFinished 600.") in text
+    assert f"image {IMAGE}, image digest registry.example/furiosa-llm@sha256:" in text

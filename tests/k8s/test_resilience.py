@@ -64,3 +64,69 @@ def test_a_forbidden_create_ends_that_attempt_with_a_launch_error(cluster, launc
     with pytest.raises(LaunchError, match=r"cannot create Job ml/rngd-1-a1: create_job: 403"):
         launcher.launch(store.run(run_id))
     assert launcher.client.calls["create_job"] == 1  # a 4xx is not retried
+
+
+@pytest.mark.parametrize("status", [429, 502, 503, 504])
+def test_throttling_and_gateway_errors_are_retried_like_500s(cluster, launcher, submit, store,
+                                                            status):
+    cluster.fail("get", NODE_PATH, times=1, payload=status)
+    assert launcher.cluster_reading(store.run(submit())).cards_free == 8
+    [event] = store.events(kinds=["k8s_retry"])
+    assert event["message"].startswith(f"read_node answered after 1 retry (last: {status} ")
+
+
+def test_a_429_waits_as_long_as_the_servers_retry_after(cluster):
+    import kmock
+
+    from daemon.k8s.client import K8sClient, connect
+
+    api, _ = connect()
+    slept = []
+    client = K8sClient(api, timeout=0.5, retries=2, backoff=0.01, sleep=slept.append)
+    cluster.fail("get", NODE_PATH, times=1,
+                 payload=kmock.Response(status=429, headers={"Retry-After": "3"}))
+    assert client.read_node(NODE)["metadata"]["name"] == NODE
+    assert slept == [3.0]
+    client.close()
+
+
+def test_a_refused_connection_is_retried_and_blocks_the_gate_without_raising(
+        cluster, launcher, submit, store, tmp_path, monkeypatch):
+    import socket
+
+    with socket.socket() as sock:  # a port that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = tmp_path / "dead-kubeconfig"
+    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{port}"))
+    monkeypatch.setenv("KUBECONFIG", str(dead))
+    reading = launcher.cluster_reading(store.run(submit()))
+    assert reading.cards_free == 0
+    assert "no answer after 3 attempts" in reading.cards_detail
+    assert "Connection refused" in reading.cards_detail or "NewConnectionError" in \
+        reading.cards_detail
+    assert launcher.client.calls["read_node"] == 3
+    [event] = store.events(kinds=["k8s_unavailable"])
+    assert event["message"].endswith("retrying next tick")
+
+
+def test_a_4xx_while_following_fails_the_run_with_a_clear_event(cluster, running, launcher,
+                                                                store):
+    run_id, job = running()
+    cluster.fail("get", f"/apis/batch/v1/namespaces/ml/jobs/{job}", times=1, payload=403)
+    outcome = launcher.follow(store.run(run_id))
+    assert outcome.status == "failed"
+    assert outcome.reason.startswith("the Kubernetes API refused a request: read_job: 403")
+    [event] = store.events(run_id=run_id, kinds=["k8s_error"])
+    assert event["message"].startswith("read_job: 403")
+    assert launcher.client.calls["read_job"] == 1  # not retried
+
+
+def test_a_2xx_answer_that_is_not_a_json_object_is_retried_not_raised(cluster, launcher, submit, store):
+    import kmock
+
+    cluster.fail("get", NODE_PATH, times=1, payload=kmock.text("<html>proxy login</html>"))
+    assert launcher.cluster_reading(store.run(submit())).cards_free == 8
+    [event] = store.events(kinds=["k8s_retry"])
+    assert "200 with a body that is not a JSON object" in event["message"]
+    assert "proxy login" in event["message"]

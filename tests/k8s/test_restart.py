@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from conftest import step_line
+from k8s_support import step_line, tick_until_launched
 
 
 def _new_launcher(home, store, config, proc):
@@ -34,6 +34,33 @@ def test_a_restarted_daemon_adopts_the_running_job_and_ingests_on_without_duplic
     again.close()
 
 
+def test_a_daemon_started_over_a_running_job_adopts_it_and_its_ticks_ingest_on(
+        cluster, daemon, submit, home, store, config, proc):
+    from daemon.scheduler import Daemon
+
+    run_id = submit()
+    now = tick_until_launched(daemon, store, run_id, 1)
+    job = store.run(run_id)["job_name"]
+    pod = cluster.start_pod(job)
+    cluster.log(pod, [("2026-01-01T00:00:02Z", step_line(1))])
+    daemon.tick(now=now)
+    daemon.launcher.close()  # the daemon is killed; the Job runs on
+    cluster.log(pod, [("2026-01-01T00:00:03Z", step_line(2))])
+
+    again = Daemon(home, store, config, _new_launcher(home, store, config, proc),
+                   probe=daemon.probe)
+    again.start()
+    try:
+        again.tick(now=now + 1)
+    finally:
+        again.close()
+    assert [s["step"] for s in store.steps(run_id)] == [1, 2]
+    assert store.run(run_id)["status"] == "running"
+    assert cluster.names("batch/v1/jobs") == [job]  # the same Job, not a new one
+    assert [e["message"] for e in store.events(run_id=run_id, kinds=["adopt"])] == [
+        f"adopted Job ml/{job} after a restart"]
+
+
 def test_a_run_whose_job_vanished_while_the_daemon_was_down_fails(cluster, running, launcher,
                                                                  store):
     run_id, job = running()
@@ -60,6 +87,19 @@ def test_cancel_deletes_the_job_and_the_run_ends_cancelled(cluster, running, lau
     assert cluster.get("batch/v1/jobs", job) is None
     assert cluster.get("v1/pods", pod) is None
     assert launcher.follow(store.run(run_id)).status == "cancelled"
+
+
+def test_a_cancel_through_the_daemon_deletes_the_job_within_one_tick(cluster, daemon, submit,
+                                                                   store):
+    run_id = submit()
+    now = tick_until_launched(daemon, store, run_id, 1)
+    job = store.run(run_id)["job_name"]
+    pod = cluster.start_pod(job)
+    assert store.request_cancel(run_id) == "requested"
+    assert daemon.tick(now=now).finished == (run_id, "cancelled")
+    assert cluster.get("batch/v1/jobs", job) is None
+    assert cluster.get("v1/pods", pod) is None
+    assert store.run(run_id)["status"] == "cancelled"
 
 
 def _holder(proc, pid: int, cgroup: str | None) -> None:

@@ -1,0 +1,48 @@
+"""Helpers the Kubernetes launcher's tests share: the image, a fake clock, trainer lines.
+
+A module of its own (not conftest.py): ``from conftest import ...`` picks up
+whichever test folder's conftest was imported last when folders run together.
+"""
+
+from __future__ import annotations
+
+IMAGE = "registry.example/furiosa-llm:2026.1"
+
+
+class Clock:
+    """A fake clock for the launcher: ``clock.now += 30`` moves it on."""
+
+    def __init__(self, now: float = 1_767_225_600.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def tick_until_launched(daemon, store, run_id: int, now: int) -> int:
+    """Tick until the run is launched (gates pass 2 ticks in a row); the next tick's time."""
+    for tick in range(now, now + 5):
+        if daemon.tick(now=tick).launched == run_id:
+            return tick + 1
+    raise AssertionError(f"run {run_id} was not launched: {store.events(run_id=run_id)}")
+
+
+def start_line(run_id: int) -> str:
+    from trainer import records
+
+    return records.dumps(records.Start(config_label="main", config={"cards": 2},
+                                       run_id=str(run_id), versions={"torch": "2.13.0"},
+                                       git="abc123", host="pod", time=1000.0))
+
+
+def step_line(step: int, loss: float = 2.0) -> str:
+    from trainer import records
+
+    return records.dumps(records.Step(config_label="main", step=step, loss=loss, step_s=1.5,
+                                      tokens=1024, lr=1e-5, time=1000.0 + step))
+
+
+def end_line(status: str = "ok", error: str | None = None) -> str:
+    from trainer import records
+
+    return records.dumps(records.End(status=status, error=error, time=2000.0))
