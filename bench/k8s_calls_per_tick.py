@@ -68,6 +68,19 @@ def main() -> int:
     store.request_cancel(run_id)
     empty = [tick(TICKS + t) for t in range(TICKS)]
 
+    # A queued run whose image is not on the node: a card-less pre-pull pod pulls it.
+    run_id = store.add_run(validate({"cards": 2, "resident": 4, "steps": 200,
+                                     "image": "registry.example/other:1"}))
+    prepull = [tick(2 * TICKS + t) for t in range(2)]
+    [pod] = cluster.names("v1/pods")
+    cluster.patch("v1/pods", pod, {"status": {"phase": "Pending", "containerStatuses": [
+        {"name": "prepull", "state": {"waiting": {"reason": "ContainerCreating"}}}]}})
+    prepull += [tick(2 * TICKS + 2 + t) for t in range(TICKS - 3)]
+    cluster.patch("v1/pods", pod, {"status": {"phase": "Succeeded", "containerStatuses": [
+        {"name": "prepull", "state": {"terminated": {"exitCode": 0}}}]}})
+    prepull.append(tick(3 * TICKS))
+    store.request_cancel(run_id)
+
     # A run: free the cards, launch, then tick while the pod logs steps.
     cluster.kmock.objects["v1/pods", "inference", "holder"].delete()
     run_id = store.add_run(validate({"cards": 2, "resident": 4, "steps": 200}))
@@ -93,6 +106,8 @@ def main() -> int:
 
     print(f"idle, a queued run waiting on cards: {summary(idle)}")
     print(f"idle, empty queue:                   {summary(empty)}")
+    print(f"a queued run waiting on a pre-pull:  {summary(prepull)}; first tick "
+          f"{prepull[0][0]}, waiting {prepull[2][0]}, pulled {prepull[-1][0]}")
     print(f"during a run:                        {summary(running)}; per tick: "
           + ", ".join(f"{op} {n / TICKS:g}" for op, n in sorted(ops.items())))
     print(f"steps ingested during the run: {steps} of {TICKS}")

@@ -502,13 +502,15 @@ class K8sLauncher:
         """Start, watch and clean up the pre-pull pod for ``image`` (no card requested)."""
         name = jobspec.prepull_name(image, node)
         run_id = run.get("id")
-        pod = self.client.read_pod(self.ns, name)
+        # Read the pod only once we know it exists: a new pre-pull is one create call.
+        pod = self.client.read_pod(self.ns, name) if image in self._prepull_started else None
         if pod is None:
             body = jobspec.prepull_pod(self.k8s, name=name, node=node, image=image, run_id=run_id)
             try:
                 self.client.create_pod(self.ns, body)
             except K8sConflict:
-                pass  # one of ours from before a restart: watch it
+                pod = self.client.read_pod(self.ns, name)  # ours, from before a restart
+        if pod is None:
             self._prepull_started[image] = self.clock()
             self.store.add_event(run_id, "prepull", f"{image}: {why}; pre-pulling on {node} "
                                  f"with pod {name} (no card)", now=self.clock())

@@ -47,3 +47,37 @@ def test_the_doctor_command_prints_marks_and_exits_1_on_a_failed_check(cluster, 
     assert "✓ API answers: Kubernetes v1.26" in out
     assert "✗ image: absent:1 is not in rngd-node-1's status.images" in out
     assert "    fix: the daemon pre-pulls it" in out
+
+
+def test_doctor_says_when_the_api_does_not_answer_and_skips_what_needs_it(
+        cluster, config, proc, tmp_path, monkeypatch):
+    import socket
+
+    with socket.socket() as sock:  # a port that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = tmp_path / "dead-kubeconfig"
+    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{port}"))
+    monkeypatch.setenv("KUBECONFIG", str(dead))
+    checks = _checks(config, proc)
+    assert checks["kubeconfig"].ok
+    assert not checks["API answers"].ok and "kubectl get --raw /version" in checks["API answers"].fix
+    assert "node" not in checks and "may create jobs" not in checks
+    assert checks["/proc visible"].ok  # host checks still run
+
+
+def test_doctor_names_a_node_that_does_not_exist(cluster, config, proc):
+    config.k8s.node = "rngd-node-9"
+    check = _checks(config, proc)["node"]
+    assert not check.ok and check.detail == "node rngd-node-9 does not exist"
+
+
+def test_doctor_says_when_the_node_has_no_cards_to_offer(cluster, config, proc):
+    cluster.add_node(NODE, cards=0)
+    check = _checks(config, proc)["node"]
+    assert not check.ok and check.fix == "install the Furiosa device plugin on the node"
+
+
+def test_doctor_sees_every_process_when_proc_is_fully_readable(cluster, config, proc):
+    check = _checks(config, proc)["/proc visible"]
+    assert check.ok and "device holders are seen" in check.detail

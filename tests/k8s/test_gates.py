@@ -84,3 +84,48 @@ def test_gate_checks_store_the_cluster_readings_beside_the_host_gates(cluster, l
     assert gates["cards_free"]["reading"] == 1 and gates["cards_free"]["verdict"] == "fail"
     assert gates["image_present"]["verdict"] == "pass"
     assert gates["host_load"]["verdict"] == "pass"
+
+
+def test_the_k8s_launcher_raises_race_safety_to_two_ticks_with_an_event(launcher, store,
+                                                                        config):
+    config.gates.consecutive = 1
+    launcher.startup()
+    assert config.gates.consecutive == 2
+    [event] = store.events(kinds=["k8s"])
+    assert event["message"].startswith("gates.consecutive raised to 2")
+
+
+def test_a_run_launches_only_after_the_gates_pass_on_two_ticks_in_a_row(cluster, daemon, submit,
+                                                                       store):
+    run_id = submit(cards=2)
+    assert daemon.tick(now=1).launched is None
+    cluster.add_pod("grabbed", cards=7, namespace="inference")  # someone takes the cards
+    assert daemon.tick(now=2).launched is None
+    cluster.kmock.objects["v1/pods", "inference", "grabbed"].delete()
+    assert daemon.tick(now=3).launched is None  # passes again: one in a row, not two
+    assert daemon.tick(now=4).launched == run_id
+    assert [c["passed"] for c in store.gate_checks(run_id=run_id)] == [1, 0, 1, 1]
+    assert cluster.names("batch/v1/jobs") == [f"rngd-{run_id}-a1"]
+
+
+def test_a_pre_pull_pod_left_by_a_previous_daemon_is_watched_not_made_twice(
+        cluster, launcher, submit, store, home, config, proc):
+    from daemon.ingest import Ingest
+    from daemon.launchers.k8s import K8sLauncher
+
+    launcher.startup()
+    run = store.run(submit(image="registry.example/other:1"))
+    launcher.cluster_reading(run)
+    launcher.close()  # the daemon stops while the pre-pull pod pulls
+    [pod_name] = cluster.names("v1/pods")
+    cluster.patch("v1/pods", pod_name, {"status": {"phase": "Succeeded", "containerStatuses": [
+        {"name": "prepull", "state": {"terminated": {"exitCode": 0}}}]}})
+
+    again = K8sLauncher(home=home, store=store, config=config, ingest=Ingest(store),
+                        proc=str(proc))
+    again.startup()
+    reading = again.cluster_reading(run)
+    again.close()
+    assert reading.image_present is True
+    assert again.client.calls["create_pod"] == 1  # met the old pod (409) and read it
+    assert cluster.names("v1/pods") == []
