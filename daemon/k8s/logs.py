@@ -52,15 +52,18 @@ class LogCursor:
         key = parse_time(self.last) if self.last else None
         return second_of(key) if key else None
 
-    def take(self, body: str) -> list[str]:
+    def take(self, body: str, *, final: bool = False) -> list[str]:
         """The new lines of a log read (timestamps stripped), in order; advances the cursor.
 
-        A last line without its newline is left for the next read.
+        A last line without its newline is left for the next read, unless
+        ``final`` (the container has ended: nothing more will come).
         """
         if not body:
             return []
         lines = body.split("\n")
-        lines.pop()  # "" after a final newline, or a partial line to read again later
+        tail = lines.pop()  # "" after a final newline, or a partial line to read again later
+        if final and tail:
+            lines.append(tail)
         last_key = parse_time(self.last) if self.last else None
         seen_at_last = 0
         new: list[str] = []

@@ -124,7 +124,12 @@ class K8sLauncher:
     # === the Launcher protocol ===============================================
 
     def startup(self) -> None:
-        """Resolve the node, enforce K >= 2 ticks, report Jobs of ours the store does not know."""
+        """Resolve the node, enforce K >= 2 ticks, report Jobs of ours the store does not know.
+
+        Pre-pull pods a previous daemon left are taken over: a finished one is
+        deleted (one that pulled marks its image pulled), one still pulling is
+        watched by the next gate check.
+        """
         self._daemon = True
         if self.config.gates.consecutive < 2:
             self.config.gates.consecutive = 2
@@ -134,6 +139,7 @@ class K8sLauncher:
         try:
             node = self.node()
             jobs = self.client.list_jobs(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER})
+            self._take_over_prepulls(node)
         except K8sUnavailable as exc:
             self._down(None, exc)
             return
@@ -153,6 +159,27 @@ class K8sLauncher:
                                  f"Job {self.ns}/{meta.get('name')} (run {run_id}) is ours but "
                                  f"not active in this store; left alone", now=self.clock())
         log.info("k8s launcher: namespace %s, node %s", self.ns, node)
+
+    def _take_over_prepulls(self, node: str) -> None:
+        pods = self.client.list_pods(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER,
+                                               jobspec.STAGE_LABEL: jobspec.PREPULL})
+        for pod in pods:
+            spec = pod.get("spec") or {}
+            image = (spec.get("containers") or [{}])[0].get("image")
+            name = (pod.get("metadata") or {}).get("name")
+            view = cluster.pod_view(pod)
+            if image and spec.get("nodeName") == node and not view.finished:
+                self._prepull_started.setdefault(image, self.clock())
+                continue
+            if image and view.started and spec.get("nodeName") == node:
+                self._pulled[image] = self.clock()
+            self.client.delete_pod(self.ns, name, grace_seconds=0)
+
+    def _drop_prepulls(self, node: str, keep: str) -> None:
+        """Delete pre-pull pods of images the head of the queue no longer needs."""
+        for image in [i for i in self._prepull_started if i != keep]:
+            self.client.delete_pod(self.ns, jobspec.prepull_name(image, node), grace_seconds=0)
+            del self._prepull_started[image]
 
     def close(self) -> None:
         if self._client is not None:
@@ -282,7 +309,7 @@ class K8sLauncher:
         # 3. A cancel the scheduler asked for: make sure the Job is gone.
         if run.get("cancel_requested"):
             if view is not None and view.started:
-                self._read_log(run, view.name, stage)
+                self._read_log(run, view.name, stage, final=view.finished)
             self._delete(name, [p["metadata"]["name"] for p in pods])
             return Outcome(CANCELLED, "cancelled")
 
@@ -296,7 +323,7 @@ class K8sLauncher:
         # 5. The container ran: its node and image digest, the new log lines.
         if view is not None and view.started:
             self._note_pod(run, view)
-            self._read_log(run, view.name, stage)
+            self._read_log(run, view.name, stage, final=view.finished)
 
         # 6. Ended? The pod's state first, then the Job's conditions.
         outcome = self._ended(run, job, view, stage)
@@ -405,7 +432,7 @@ class K8sLauncher:
             self.store.update_run(run["id"], **changes)
             run.update(changes)
 
-    def _read_log(self, run: dict, pod_name: str, stage: str) -> None:
+    def _read_log(self, run: dict, pod_name: str, stage: str, *, final: bool = False) -> None:
         """New log lines since the cursor: fed to ingest, appended to the run's saved log."""
         run_id = run["id"]
         cursor = LogCursor(run.get("log_since"), int(run.get("log_offset") or 0))
@@ -416,7 +443,7 @@ class K8sLauncher:
             if exc.status == 400:  # the container is not up yet, or already gone
                 return
             raise
-        lines = cursor.take(body or "")
+        lines = cursor.take(body or "", final=final)
         if not lines:
             return
         log_file = self.home.run_dir(run_id) / ("compile.log" if stage == jobspec.COMPILE
@@ -478,6 +505,11 @@ class K8sLauncher:
 
     def _image_reading(self, run: dict, node: dict, image: str) -> tuple[bool, str]:
         now = self.clock()
+        if self._daemon and any(i != image for i in self._prepull_started):
+            try:  # the run it was for was cancelled, moved or failed
+                self._drop_prepulls(node["metadata"]["name"], keep=image)
+            except K8sError as exc:
+                log.warning("deleting a pre-pull pod: %s", exc)
         if image in self._pulled:
             return True, f"{image} pulled onto the node by our pre-pull pod"
         if image not in self._missing and cluster.image_listed(node, image):

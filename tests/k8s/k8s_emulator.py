@@ -26,6 +26,7 @@ from kmock._internal import apps
 NS = "ml"
 NODE = "rngd-node-1"
 RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs", "v1/namespaces")
+NO_NEWLINE = "\0no-newline"
 
 
 def stamp(second: float, nanos: int = 0) -> str:
@@ -90,11 +91,14 @@ class Emulator(kmock.KubernetesEmulator):
         floor = dt.datetime.fromisoformat(since).timestamp() if since else None
         out = []
         for ts, text in lines:
+            # A line ending in NO_NEWLINE is served without its newline (a partial last line).
+            end = "" if text.endswith(NO_NEWLINE) else "\n"
+            text = text.removesuffix(NO_NEWLINE)
             second = dt.datetime.fromisoformat(ts.split(".")[0].rstrip("Z") + "Z").timestamp()
             if floor is not None and second < floor:
                 continue
-            out.append(f"{ts} {text}\n" if request.params.get("timestamps") == "true"
-                       else f"{text}\n")
+            out.append(f"{ts} {text}{end}" if request.params.get("timestamps") == "true"
+                       else f"{text}{end}")
         return aiohttp.web.Response(text="".join(out), content_type="text/plain")
 
 

@@ -218,6 +218,24 @@ def test_a_dropped_log_stream_resumes_with_since_time_without_duplicates(
     assert store.events(run_id=run_id, kinds=["k8s_unavailable"])
 
 
+def test_a_crashed_trainers_last_line_without_a_newline_is_still_saved(cluster, running,
+                                                                      launcher, store, home):
+    from k8s_emulator import NO_NEWLINE
+
+    run_id, job = running()
+    pod = cluster.start_pod(job)
+    cluster.log(pod, [("2026-01-01T00:00:02Z", "Fatal Python error: Segmentation fault"
+                       + NO_NEWLINE)])
+    assert launcher.follow(store.run(run_id)) is None  # running: the line may go on
+    assert not (home.run_dir(run_id) / "trainer.log").exists()
+    cluster.set_pod(pod, phase="Failed", state={"terminated": {"exitCode": 139,
+                                                               "reason": "Error"}})
+    outcome = launcher.follow(store.run(run_id))
+    assert outcome.reason.endswith("--- log tail ---\nFatal Python error: Segmentation fault")
+    assert (home.run_dir(run_id) / "trainer.log").read_text() == \
+        "Fatal Python error: Segmentation fault\n"
+
+
 def test_a_partial_last_line_waits_for_its_newline():
     from daemon.k8s.logs import LogCursor
 

@@ -108,24 +108,61 @@ def test_a_run_launches_only_after_the_gates_pass_on_two_ticks_in_a_row(cluster,
     assert cluster.names("batch/v1/jobs") == [f"rngd-{run_id}-a1"]
 
 
-def test_a_pre_pull_pod_left_by_a_previous_daemon_is_watched_not_made_twice(
-        cluster, launcher, submit, store, home, config, proc):
+def _new_launcher(home, store, config, proc):
     from daemon.ingest import Ingest
     from daemon.launchers.k8s import K8sLauncher
 
+    return K8sLauncher(home=home, store=store, config=config, ingest=Ingest(store),
+                       proc=str(proc))
+
+
+def _pulled(cluster, pod_name):
+    cluster.patch("v1/pods", pod_name, {"status": {"phase": "Succeeded", "containerStatuses": [
+        {"name": "prepull", "state": {"terminated": {"exitCode": 0}}}]}})
+
+
+def test_a_pre_pull_pod_still_pulling_when_the_daemon_restarts_is_watched_not_made_twice(
+        cluster, launcher, submit, store, home, config, proc):
     launcher.startup()
     run = store.run(submit(image="registry.example/other:1"))
     launcher.cluster_reading(run)
     launcher.close()  # the daemon stops while the pre-pull pod pulls
     [pod_name] = cluster.names("v1/pods")
-    cluster.patch("v1/pods", pod_name, {"status": {"phase": "Succeeded", "containerStatuses": [
-        {"name": "prepull", "state": {"terminated": {"exitCode": 0}}}]}})
 
-    again = K8sLauncher(home=home, store=store, config=config, ingest=Ingest(store),
-                        proc=str(proc))
+    again = _new_launcher(home, store, config, proc)
     again.startup()
+    assert cluster.names("v1/pods") == [pod_name]
+    _pulled(cluster, pod_name)
     reading = again.cluster_reading(run)
     again.close()
     assert reading.image_present is True
-    assert again.client.calls["create_pod"] == 1  # met the old pod (409) and read it
+    assert again.client.calls["create_pod"] == 0
+    assert cluster.names("v1/pods") == []
+
+
+def test_a_finished_pre_pull_pod_left_by_a_previous_daemon_is_deleted_at_startup(
+        cluster, launcher, submit, store, home, config, proc):
+    launcher.startup()
+    run = store.run(submit(image="registry.example/other:1"))
+    launcher.cluster_reading(run)
+    launcher.close()
+    [pod_name] = cluster.names("v1/pods")
+    _pulled(cluster, pod_name)
+
+    again = _new_launcher(home, store, config, proc)
+    again.startup()
+    assert cluster.names("v1/pods") == []
+    assert again.cluster_reading(run).image_present is True  # it had pulled the image
+    again.close()
+
+
+def test_the_pre_pull_of_a_run_cancelled_while_queued_is_deleted_at_the_next_gate_check(
+        cluster, launcher, submit, store):
+    launcher.startup()
+    cancelled = store.run(submit(image="registry.example/other:1"))
+    launcher.cluster_reading(cancelled)
+    assert len(cluster.names("v1/pods")) == 1
+    store.request_cancel(cancelled["id"])
+    reading = launcher.cluster_reading(store.run(submit()))  # the next head: image on the node
+    assert reading.image_present is True
     assert cluster.names("v1/pods") == []
