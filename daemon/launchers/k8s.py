@@ -139,7 +139,6 @@ class K8sLauncher:
         try:
             node = self.node()
             jobs = self.client.list_jobs(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER})
-            self._take_over_prepulls(node)
         except K8sUnavailable as exc:
             self._down(None, exc)
             return
@@ -158,6 +157,11 @@ class K8sLauncher:
             self.store.add_event(None, "unknown_job",
                                  f"Job {self.ns}/{meta.get('name')} (run {run_id}) is ours but "
                                  f"not active in this store; left alone", now=self.clock())
+        try:
+            self._take_over_prepulls(node)
+        except K8sError as exc:  # not needed to run: the next gate check re-creates them
+            self.store.add_event(None, "k8s_error", f"at startup, taking over pre-pull pods: "
+                                 f"{exc}", now=self.clock())
         log.info("k8s launcher: namespace %s, node %s", self.ns, node)
 
     def _take_over_prepulls(self, node: str) -> None:
@@ -365,7 +369,8 @@ class K8sLauncher:
                 return Outcome(OOM, "the trainer ran out of memory" + self._end_suffix(run_id),
                                code)
             return Outcome(FAILED, f"exit code {code} ({view.terminated or view.phase})"
-                                   + self._end_suffix(run_id) + self._tail_suffix(run_id, stage), code)
+                                   + self._end_suffix(run_id)
+                                   + self._tail_suffix(run_id, stage), code)
         if condition is not None:
             kind, reason, message = condition
             if kind == "Complete":

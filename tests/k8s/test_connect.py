@@ -1,4 +1,4 @@
-"""Where the client connects: KUBECONFIG, ~/.kube/config, a context, or the pod's service account."""
+"""Where the client connects: KUBECONFIG, ~/.kube/config, a context, or a service account."""
 
 from __future__ import annotations
 

@@ -57,11 +57,13 @@ def test_doctor_says_when_the_api_does_not_answer_and_skips_what_needs_it(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     dead = tmp_path / "dead-kubeconfig"
-    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{port}"))
+    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url,
+                                                           f"http://127.0.0.1:{port}"))
     monkeypatch.setenv("KUBECONFIG", str(dead))
     checks = _checks(config, proc)
     assert checks["kubeconfig"].ok
-    assert not checks["API answers"].ok and "kubectl get --raw /version" in checks["API answers"].fix
+    api = checks["API answers"]
+    assert not api.ok and "kubectl get --raw /version" in api.fix
     assert "node" not in checks and "may create jobs" not in checks
     assert checks["/proc visible"].ok  # host checks still run
 

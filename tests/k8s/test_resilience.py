@@ -98,7 +98,8 @@ def test_a_refused_connection_is_retried_and_blocks_the_gate_without_raising(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     dead = tmp_path / "dead-kubeconfig"
-    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{port}"))
+    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url,
+                                                           f"http://127.0.0.1:{port}"))
     monkeypatch.setenv("KUBECONFIG", str(dead))
     reading = launcher.cluster_reading(store.run(submit()))
     assert reading.cards_free == 0
@@ -122,7 +123,8 @@ def test_a_4xx_while_following_fails_the_run_with_a_clear_event(cluster, running
     assert launcher.client.calls["read_job"] == 1  # not retried
 
 
-def test_a_2xx_answer_that_is_not_a_json_object_is_retried_not_raised(cluster, launcher, submit, store):
+def test_a_2xx_answer_that_is_not_a_json_object_is_retried_not_raised(cluster, launcher, submit,
+                                                                      store):
     import kmock
 
     cluster.fail("get", NODE_PATH, times=1, payload=kmock.text("<html>proxy login</html>"))
