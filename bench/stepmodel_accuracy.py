@@ -119,7 +119,7 @@ def main() -> int:
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--cards", default="1,2")
-    ap.add_argument("--steps", type=int, default=20, help="steps per pass (median of 6-N)")
+    ap.add_argument("--steps", type=int, default=40, help="steps per pass (median of 6-N)")
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--accum", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
