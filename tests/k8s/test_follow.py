@@ -242,3 +242,22 @@ def test_a_partial_last_line_waits_for_its_newline():
     cursor = LogCursor()
     assert cursor.take("2026-01-01T00:00:01Z a\n2026-01-01T00:00:02Z b-partial") == ["a"]
     assert cursor.take("2026-01-01T00:00:01Z a\n2026-01-01T00:00:02Z b-whole\n") == ["b-whole"]
+
+
+def _oom(cluster, job):
+    cluster.start_pod(job, phase="Failed", state={"terminated": {"reason": "OOMKilled",
+                                                                 "exitCode": 137}})
+
+
+def _deadline(cluster, job):
+    cluster.finish_job(job, "Failed", "DeadlineExceeded")  # the controller removed the pod
+
+
+@pytest.mark.parametrize(("end", "status"), [(_oom, "oom"), (_deadline, "timeout")])
+def test_the_daemon_stores_oom_and_timeout_as_the_runs_status(cluster, daemon, submit, store,
+                                                              end, status):
+    run_id = submit(deadline=60)
+    now = tick_until_launched(daemon, store, run_id, 1)
+    end(cluster, store.run(run_id)["job_name"])
+    assert daemon.tick(now=now).finished == (run_id, status)
+    assert store.run(run_id)["status"] == status
