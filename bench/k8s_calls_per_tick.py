@@ -6,6 +6,9 @@ kmock's emulator, and counts the HTTP requests the emulator received per tick
 
     .venv/bin/python bench/k8s_calls_per_tick.py
 
+Phases: a queued run waiting on cards, an empty queue, a queued run waiting
+on a card-less pre-pull pod, and a run whose pod logs one step a tick.
+
 Target: an idle tick makes at most 3 calls.
 """
 
