@@ -27,18 +27,18 @@ def tick_until_launched(daemon, store, run_id: int, now: int) -> int:
     raise AssertionError(f"run {run_id} was not launched: {store.events(run_id=run_id)}")
 
 
-def start_line(run_id: int) -> str:
+def start_line(run_id: int, label: str = "main") -> str:
     from trainer import records
 
-    return records.dumps(records.Start(config_label="main", config={"cards": 2},
+    return records.dumps(records.Start(config_label=label, config={"cards": 2},
                                        run_id=str(run_id), versions={"torch": "2.13.0"},
                                        git="abc123", host="pod", time=1000.0))
 
 
-def step_line(step: int, loss: float = 2.0) -> str:
+def step_line(step: int, loss: float = 2.0, label: str = "main") -> str:
     from trainer import records
 
-    return records.dumps(records.Step(config_label="main", step=step, loss=loss, step_s=1.5,
+    return records.dumps(records.Step(config_label=label, step=step, loss=loss, step_s=1.5,
                                       tokens=1024, lr=1e-5, time=1000.0 + step))
 
 

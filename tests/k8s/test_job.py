@@ -6,7 +6,7 @@ import re
 
 import pytest
 from k8s_emulator import NODE
-from k8s_support import IMAGE
+from k8s_support import IMAGE, end_line, start_line, step_line
 
 from daemon.k8s import jobspec
 
@@ -171,3 +171,20 @@ def test_the_experiment_note_reports_the_deadline_and_ttl_the_job_was_created_wi
     assert (f"- Launch: one run-and-exit Kubernetes Job at a time, Job ml/{name} on node "
             f"{NODE}, activeDeadlineSeconds 1800, ttlSecondsAfterFinished 600.") in text
     assert f"image {IMAGE}, image digest registry.example/furiosa-llm@sha256:" in text
+
+
+def test_baseline_and_the_asked_config_run_in_one_job_and_both_passes_are_stored(
+        cluster, running, launcher, store):
+    run_id, name = running(baseline=True)
+    pod = cluster.start_pod(name)
+    cluster.log(pod, [("2026-01-01T00:00:02Z", start_line(run_id, "baseline")),
+                      ("2026-01-01T00:00:03Z", step_line(1, label="baseline")),
+                      ("2026-01-01T00:00:04Z", start_line(run_id)),
+                      ("2026-01-01T00:00:05Z", step_line(1)),
+                      ("2026-01-01T00:00:06Z", end_line())])
+    cluster.set_pod(pod, phase="Succeeded", state={"terminated": {"exitCode": 0,
+                                                                  "reason": "Completed"}})
+    assert launcher.follow(store.run(run_id)).status == "done"
+    assert cluster.names("batch/v1/jobs") == [name]  # one Job for both passes
+    assert [p["config_label"] for p in store.passes(run_id)] == ["baseline", "main"]
+    assert len(store.steps(run_id, "baseline")) == 1 and len(store.steps(run_id)) == 1
