@@ -18,16 +18,35 @@ def _build(home, launcher_name: str | None, store, config):
     return make_launcher(name, home=home, store=store, config=config, ingest=Ingest(store))
 
 
+def _k8s_overrides(config, **flags):
+    """Flags given on the command line win over config.toml's [k8s] values."""
+    for key, value in flags.items():
+        if value is not None:
+            setattr(config.k8s, key, value)
+    return config
+
+
+def k8s_options(fn):
+    """--context, --namespace, --node and --image, for the k8s launcher."""
+    for option in reversed([
+        click.option("--context", help="kubeconfig context (k8s launcher)."),
+        click.option("--namespace", help="Namespace for Jobs (k8s launcher)."),
+        click.option("--node", help="The node with the cards (k8s launcher)."),
+        click.option("--image", help="Default trainer image (k8s launcher)."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
 @click.command()
 @click.option("--launcher", type=click.Choice(["local", "k8s"]),
               help="Where runs go (default: config.toml's [daemon] launcher, else local).")
 @click.option("--tick", type=click.FloatRange(min=0.05), help="Seconds between ticks.")
 @click.option("--exit-when-idle", is_flag=True,
               help="Exit 0 once the queue is empty and nothing runs.")
-@click.option("--context", help="kubeconfig context (k8s launcher).")
-@click.option("--namespace", help="Namespace for Jobs (k8s launcher).")
+@k8s_options
 @with_home
-def daemon(home, launcher, tick, exit_when_idle, context, namespace):
+def daemon(home, launcher, tick, exit_when_idle, **k8s_flags):
     """Run the loop: probe, gate, launch one run at a time, follow and ingest it.
 
     Example: rngdctl daemon --launcher local --tick 2 --exit-when-idle
@@ -40,7 +59,7 @@ def daemon(home, launcher, tick, exit_when_idle, context, namespace):
     config = home.config()
     if tick is not None:
         config.daemon.tick = tick
-    _k8s_overrides(config, context, namespace)
+    _k8s_overrides(config, **k8s_flags)
     with home.store() as store:
         loop = Daemon(home, store, config, _build(home, launcher, store, config),
                       exit_when_idle=exit_when_idle)
@@ -48,21 +67,12 @@ def daemon(home, launcher, tick, exit_when_idle, context, namespace):
         loop.run()
 
 
-def _k8s_overrides(config, context: str | None, namespace: str | None):
-    if context:
-        config.k8s.context = context
-    if namespace:
-        config.k8s.namespace = namespace
-    return config
-
-
-def read_gates(home, launcher_name: str | None, cards: int | None, *,
-               context: str | None = None, namespace: str | None = None) -> dict:
+def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) -> dict:
     """Read the probes now and evaluate every gate for the head of the queue."""
     from daemon import gates
     from daemon.probes import read_host
 
-    config = _k8s_overrides(home.config(), context, namespace)
+    config = _k8s_overrides(home.config(), **k8s_flags)
     with home.store() as store:
         head = store.head_of_queue()
         need = cards or (int(head["config"]["cards"]) if head else 1)
@@ -88,16 +98,15 @@ def read_gates(home, launcher_name: str | None, cards: int | None, *,
 @click.option("--launcher", type=click.Choice(["local", "k8s"]), help="Launcher to ask.")
 @click.option("--cards", type=click.IntRange(min=1),
               help="Cards to check for (default: the head of the queue's, else 1).")
-@click.option("--context", help="kubeconfig context (k8s launcher).")
-@click.option("--namespace", help="Namespace (k8s launcher).")
+@k8s_options
 @json_option
 @with_home
-def gates(home, launcher, cards, context, namespace, as_json):
+def gates(home, launcher, cards, as_json, **k8s_flags):
     """Read the probes now and print each gate's reading, threshold and verdict.
 
     Example: rngdctl gates --json
     """
-    reading = read_gates(home, launcher, cards, context=context, namespace=namespace)
+    reading = read_gates(home, launcher, cards, **k8s_flags)
     if as_json:
         echo_json(reading)
         return

@@ -21,3 +21,17 @@ def test_the_daemon_runs_a_queued_run_as_a_job_to_done(cluster, home, store, rng
     assert cluster.names("batch/v1/jobs") == [f"rngd-{run_id}-a1"]
     checks = store.gate_checks(run_id=run_id)
     assert [c["passed"] for c in checks][-2:] == [1, 1]  # two ticks in a row before the launch
+
+
+def test_gates_flags_name_the_node_and_image_over_config(cluster, home, rngdctl, submit):
+    import json
+
+    submit(steps=3)
+    home.config_path.write_text('[k8s]\nnode = "not-this-node"\nimage = "not/this:image"\n')
+    code, out, err = rngdctl("gates", "--launcher", "k8s", "--context", "emu", "--node", NODE,
+                             "--image", IMAGE, "--json",
+                             env={"KUBECONFIG": str(cluster.kubeconfig)}, timeout=60)
+    assert code == 0, err
+    gates = {g["name"]: g for g in json.loads(out)["gates"]}
+    assert gates["cards_free"]["verdict"] == "pass", gates["cards_free"]
+    assert "not-this-node" not in gates["cards_free"]["detail"]
