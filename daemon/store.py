@@ -13,6 +13,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
@@ -203,8 +204,7 @@ class Store:
         return int(row[0]) if row else 0
 
     def _migrate(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             current = self.schema_version()
             if current > SCHEMA_VERSION:
                 raise StoreVersionError(
@@ -218,10 +218,17 @@ class Store:
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                     (str(version),),
                 )
-            self.conn.execute("COMMIT")
+
+    @contextmanager
+    def _transaction(self):
+        """BEGIN IMMEDIATE: take the write lock first, so a read-then-write cannot race."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
+        self.conn.execute("COMMIT")
 
     def _rows(self, sql: str, params: Iterable = ()) -> list[dict]:
         cursor = self.conn.execute(sql, tuple(params))
@@ -233,8 +240,7 @@ class Store:
     def add_run(self, config: dict, *, name: str | None = None, now: float | None = None) -> int:
         """Queue a run at the back of the queue; returns its id."""
         now = time.time() if now is None else now
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             position = self.conn.execute(
                 "SELECT COALESCE(MAX(position), 0) + 1 FROM runs"
             ).fetchone()[0]
@@ -242,10 +248,6 @@ class Store:
                 "INSERT INTO runs (name, status, config, position, created) VALUES (?, ?, ?, ?, ?)",
                 (name, QUEUED, _json(config), position, now),
             )
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
         return int(cursor.lastrowid)
 
     def run(self, ref: int | str) -> dict:
@@ -298,8 +300,7 @@ class Store:
     def claim_for_launch(self, run_id: int, *, launcher: str, now: float | None = None) -> bool:
         """queued -> launching, only if still queued and nothing else is active."""
         now = time.time() if now is None else now
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             busy = self.conn.execute(
                 f"SELECT COUNT(*) FROM runs WHERE status IN ({','.join('?' * len(ACTIVE))})",
                 ACTIVE,
@@ -311,10 +312,6 @@ class Store:
                     "attempts = attempts + 1 WHERE id = ? AND status = ? AND held = 0",
                     (LAUNCHING, launcher, now, run_id, QUEUED),
                 ).rowcount
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
         return bool(changed)
 
     def finish_run(self, run_id: int, status: str, *, reason: str | None = None,
@@ -362,14 +359,9 @@ class Store:
             return
         ids.insert(j, ids.pop(i))
         positions = sorted(r["position"] for r in queue)
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             for rid, pos in zip(ids, positions):
                 self.conn.execute("UPDATE runs SET position = ? WHERE id = ?", (pos, rid))
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
 
     # === passes ==============================================================
 
@@ -395,17 +387,12 @@ class Store:
         if not rows:
             return 0
         before = self.conn.total_changes
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             self.conn.executemany(
                 "INSERT OR IGNORE INTO steps (run_id, config_label, step, loss, loss_flag, step_s,"
                 " tokens, lr, phases, memory, extra, time) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 rows,
             )
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
         return self.conn.total_changes - before
 
     def steps(self, run_id: int, config_label: str | None = records.MAIN) -> list[dict]:
