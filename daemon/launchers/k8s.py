@@ -67,7 +67,8 @@ class K8sLauncher:
         self._unavailable: set[int | None] = set()  # runs with an open "API down" streak
         self._missing: set[str] = set()  # images a pod failed to pull
         self._pulled: dict[str, float] = {}  # image -> when our pre-pull pod got it
-        self._prepull_failed: dict[str, tuple[float, str]] = {}  # image -> (when, why)
+        self._prepull_failed: dict[str, tuple[float, str]] = {}
+        self._waiting_for_cards: dict[int, int] = {}  # run -> cards free after its compile  # image -> (when, why)
         self._prepull_started: dict[str, float] = {}  # image -> when its pod was first seen
         self._before_launch: dict[int, set[int]] = {}  # run -> holder pids before launch
         self._checked_holders: set[int] = set()  # runs whose holders were found ours
@@ -419,8 +420,24 @@ class K8sLauncher:
                 f"tr{'y' if tries == 1 else 'ies'}: {first}")
 
     def _compiled(self, run: dict, compile_name: str) -> Outcome | None:
-        """The compile Job succeeded: start the card Job now."""
+        """The compile Job succeeded: start the card Job once its cards are still free.
+
+        The compile may take minutes, in which someone else can take the cards: a card
+        Job created then would sit Pending, holding the run, until its deadline.
+        """
         node = run.get("node") or self.node()
+        need = int(run["config"]["cards"])
+        node_obj = self.client.read_node(node)
+        free, detail = (cluster.cards_free(node_obj, self.client.pods_on_node(node))
+                        if node_obj is not None else (0, f"node {node} does not exist"))
+        if free < need:
+            message = (f"compile Job {compile_name} succeeded; waiting for {need} cards "
+                       f"({detail})")
+            if self._waiting_for_cards.get(run["id"]) != free:
+                self._waiting_for_cards[run["id"]] = free
+                self.store.add_event(run["id"], "compile", message, now=self.clock())
+            return None
+        self._waiting_for_cards.pop(run["id"], None)
         self.store.add_event(run["id"], "compile", f"compile Job {compile_name} succeeded; "
                              f"starting the card Job", now=self.clock())
         name = self._create_job(run, node, jobspec.TRAIN)

@@ -188,3 +188,23 @@ def test_baseline_and_the_asked_config_run_in_one_job_and_both_passes_are_stored
     assert cluster.names("batch/v1/jobs") == [name]  # one Job for both passes
     assert [p["config_label"] for p in store.passes(run_id)] == ["baseline", "main"]
     assert len(store.steps(run_id, "baseline")) == 1 and len(store.steps(run_id)) == 1
+
+
+def test_after_the_compile_the_card_job_waits_until_its_cards_are_free_again(
+        cluster, running, launcher, store):
+    run_id, name = running(precompile=True)
+    cluster.start_pod(name, phase="Succeeded",
+                      state={"terminated": {"exitCode": 0, "reason": "Completed"}})
+    cluster.finish_job(name, "Complete")
+    cluster.add_pod("grabbed-meanwhile", cards=7, namespace="alice")
+
+    assert launcher.follow(store.run(run_id)) is None
+    assert launcher.follow(store.run(run_id)) is None
+    assert store.run(run_id)["job_name"] == name  # no card Job yet
+    [waiting] = [e for e in store.events(run_id=run_id, kinds=["compile"])]
+    assert "waiting for 2 cards" in waiting["message"]
+
+    cluster.patch("v1/pods", "grabbed-meanwhile", {"status": {"phase": "Succeeded"}},
+                  namespace="alice")
+    assert launcher.follow(store.run(run_id)) is None
+    assert store.run(run_id)["job_name"] != name
