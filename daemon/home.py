@@ -122,7 +122,7 @@ DEFAULT_CONFIG_TEXT = """\
 
 [gates]
 load_max = 150.0        # the 1-minute load average must be below this
-consecutive = 1         # gates must pass on this many ticks in a row (k8s: use 2)
+consecutive = 1         # gates must pass on this many ticks in a row (k8s: at least 2)
 
 [daemon]
 launcher = "local"      # local | k8s
