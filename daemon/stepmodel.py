@@ -371,7 +371,7 @@ class Comparison:
     @property
     def error(self) -> float:
         """(model - measured) / measured, as a fraction."""
-        return (self.model_s - self.measured_s) / self.measured_s
+        return relative_error(self.model_s, self.measured_s)
 
     @property
     def model_tokens_per_s(self) -> float:
@@ -402,6 +402,13 @@ class Comparison:
             "worst_phase": self.worst_phase, "split": self.split(),
             "prediction": self.prediction.as_dict(),
         }
+
+
+def relative_error(model_s: float | None, measured_s: float | None) -> float | None:
+    """(model - measured) / measured, as in the reference record; None when either is missing."""
+    if model_s is None or not measured_s:
+        return None
+    return (model_s - measured_s) / measured_s
 
 
 def compare(prediction: Prediction, measured_steps: list[dict]) -> Comparison:

@@ -10,15 +10,13 @@ does.
 
 from __future__ import annotations
 
-import bisect
 import math
 import time
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon import stats
+from daemon import stats, stepmodel
 from daemon.errors import RngdctlError
 from daemon.store import ACTIVE, FINISHED, QUEUED, Store
 from trainer import records
@@ -227,15 +225,10 @@ class Predicted:
 def predict_run(store: Store, run_id: int, last_main_step: dict) -> Predicted | None:
     """The step model's prediction for a run from its own baseline pass, or None.
 
-    None when ``daemon.stepmodel`` is not installed, the run has no baseline
-    pass, or the model cannot be fitted from it: the panels then show an en
-    dash. Only the (short) baseline is read; the main pass's shape comes from
+    None when the run has no baseline pass, or the model cannot be fitted
+    from it: the panels then show an en dash. Only the (short) baseline is read; the main pass's shape comes from
     its newest step, so a long run costs no more than a short one.
     """
-    try:
-        from daemon import stepmodel
-    except ImportError:
-        return None
     try:
         terms = stepmodel.terms_for_run(store, run_id)
         if terms is None:
@@ -246,38 +239,7 @@ def predict_run(store: Store, run_id: int, last_main_step: dict) -> Predicted | 
     return Predicted(float(prediction.step_s), dict(prediction.phases))
 
 
-def model_error(model_s: float | None, measured_s: float | None) -> float | None:
-    """(model - measured) / measured, as in the reference record."""
-    if model_s is None or not measured_s:
-        return None
-    return (model_s - measured_s) / measured_s
-
-
 # === Building snapshots ======================================================
-
-
-class _Median:
-    """A running median: values kept sorted as they arrive (insort is a C memmove).
-
-    An ``array``, not a list: the garbage collector does not walk it, so a
-    100,000-step run adds nothing to its pauses.
-    """
-
-    def __init__(self):
-        self.values = array("d")
-
-    def add(self, values: list[float]) -> None:
-        if len(values) > 64:  # a first read: one merge sort beats 100,000 inserts
-            self.values = array("d", sorted([*self.values, *values]))
-            return
-        for value in values:
-            bisect.insort(self.values, value)
-
-    def median(self) -> float | None:
-        v, n = self.values, len(self.values)
-        if not n:
-            return None
-        return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
 class _Series:
@@ -294,38 +256,22 @@ class _Series:
         self.last_loss: float | None = None
         self.loss_plot = MinMaxBuckets(buckets)
         self.time_plot = MinMaxBuckets(buckets)  # steps 6-N only, as the medians
-        self._steady_s, self._steady_tokens = _Median(), _Median()
-        self._warm_s, self._warm_tokens = _Median(), _Median()
+        self._medians = stats.SteadyMedians()
 
     def extend(self, rows: list[tuple]) -> None:
-        steady_s, steady_tokens, warm_s, warm_tokens = [], [], [], []
-        for step, loss, step_s, tokens, _t in rows:
+        for step, loss, step_s, _tokens, _t in rows:
             if loss is not None and math.isfinite(loss):
                 self.loss_plot.append(step, loss)
             if step > stats.WARMUP_STEPS:
-                steady_s.append(step_s)
-                steady_tokens.append(tokens)
                 self.time_plot.append(step, step_s)
-            else:
-                warm_s.append(step_s)
-                warm_tokens.append(tokens)
         if rows:
             self.last, self.last_loss = rows[-1][0], rows[-1][1]
             self.count += len(rows)
-            self._steady_s.add(steady_s)
-            self._steady_tokens.add(steady_tokens)
-            self._warm_s.add(warm_s)
-            self._warm_tokens.add(warm_tokens)
+            self._medians.add([(step, step_s, tokens) for step, _, step_s, tokens, _ in rows])
 
     def medians(self) -> tuple[float | None, float | None]:
-        """Median step time and tok/s over steps 6-N (all steps while there are no others),
-        as daemon.stats computes them."""
-        if self._steady_s.values:
-            median_s, median_tokens = self._steady_s.median(), self._steady_tokens.median()
-        else:
-            median_s, median_tokens = self._warm_s.median(), self._warm_tokens.median()
-        tok_s = median_tokens / median_s if median_s and median_tokens is not None else None
-        return median_s, tok_s
+        """Median step time and tok/s over steps 6-N (all steps while there are no others)."""
+        return self._medians.medians()
 
 
 def _text(value) -> str:
@@ -503,7 +449,7 @@ class ViewSource:
         return RunView(
             run_id=run["id"], name=run.get("name"), status=run["status"], config=config,
             label=label, step=step, steps_total=steps_total, eta=eta, median_s=median_s,
-            tok_s=tok_s, model_s=model_s, error=model_error(model_s, median_s),
+            tok_s=tok_s, model_s=model_s, error=stepmodel.relative_error(model_s, median_s),
             last_loss=series.last_loss, phases=phases,
             loss=series.loss_plot.series(), step_time=series.time_plot.series(),
             events=events, started=run.get("started"), ended=run.get("ended"),
@@ -531,7 +477,7 @@ class ViewSource:
             run_id=run["id"], name=run.get("name"), status=run["status"],
             steps_done=series.count, steps_total=_int(config.get("steps")),
             median_s=median_s, tok_s=tok_s, model_s=model_s,
-            error=model_error(model_s, median_s), ended=run.get("ended"),
+            error=stepmodel.relative_error(model_s, median_s), ended=run.get("ended"),
             model=config.get("model"),
         )
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import NOW, T0, fill
 from textual.geometry import Region
 from textual.widgets import DataTable, Input
+from tui_support import NOW, T0, fill
 
 from daemon import stepmodel
 from daemon.store import Store

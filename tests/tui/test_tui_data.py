@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import NOW
+from tui_support import NOW
 
 from daemon import stats
 from rngdctl.tui.data import MinMaxBuckets, ViewSource

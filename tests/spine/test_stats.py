@@ -1,0 +1,45 @@
+import random
+
+import pytest
+
+from daemon import stats
+
+
+def steps_of(times, tokens=None):
+    tokens = tokens or [128] * len(times)
+    return [{"step": i + 1, "step_s": t, "tokens": k, "loss": 1.0}
+            for i, (t, k) in enumerate(zip(times, tokens))]
+
+
+def test_medians_are_over_steps_6_to_n():
+    steps = steps_of([9.0] * 5 + [1.0, 2.0, 3.0])
+    assert stats.median_step_s(steps) == 2.0
+    assert stats.tokens_per_s(steps) == 64.0
+
+
+def test_a_run_shorter_than_the_warm_up_uses_every_step():
+    assert stats.median_step_s(steps_of([3.0, 1.0, 2.0])) == 2.0
+
+
+@pytest.mark.parametrize("batches", [[3], [5, 1, 1], [100, 7, 300], [1] * 20])
+def test_running_medians_agree_with_the_batch_functions(batches):
+    rng = random.Random(sum(batches))
+    steps = steps_of([rng.uniform(0.01, 0.05) for _ in range(sum(batches))],
+                     [rng.choice([120, 128]) for _ in range(sum(batches))])
+    running, fed = stats.SteadyMedians(), 0
+    for size in batches:
+        chunk = steps[fed:fed + size]
+        running.add([(s["step"], s["step_s"], s["tokens"]) for s in chunk])
+        fed += size
+        assert running.medians() == (stats.median_step_s(steps[:fed]),
+                                     stats.tokens_per_s(steps[:fed]))
+
+
+def test_loss_ranges_follow_the_reference_and_fit_the_run():
+    assert stats.loss_ranges(200) == [(1, 25), (26, 50), (51, 100), (101, 150), (151, 200)]
+    assert stats.loss_ranges(60) == [(1, 25), (26, 50), (51, 60)]
+
+
+def test_drift_compares_steps_6_25_with_6_n_and_names_the_slowest_step():
+    d = stats.drift(steps_of([1.0] * 25 + [2.0] * 25))
+    assert (d.early_median_s, d.slowest_step) == (1.0, 26)
