@@ -45,11 +45,33 @@ def quartiles(values: list[float]) -> tuple[float, float] | None:
     return q[0], q[2]
 
 
-def loss_ranges(total_steps: int) -> list[tuple[int, int]]:
-    """Step ranges for the loss table: 1-25, 26-50, 51-100, then by 50, fitted to the run."""
+#: A loss table longer than this widens its ranges after step 100.
+MAX_LOSS_ROWS = 12
+
+
+def _round_widths():
+    scale = 100
+    while True:
+        yield from (scale, 2 * scale, 5 * scale)
+        scale *= 10
+
+
+def loss_ranges(total_steps: int, max_rows: int = MAX_LOSS_ROWS) -> list[tuple[int, int]]:
+    """Step ranges for the loss table: 1-25, 26-50, 51-100, then by 50, fitted to the run.
+
+    A run stopped at 37 has no empty rows. A run too long for ``max_rows`` rows
+    by 50 keeps the first three and then ends its ranges at multiples of the
+    smallest round width (100, 200, 500, 1000, ...) that fits.
+    """
     bounds = [25, 50, 100]
     while bounds[-1] < total_steps:
         bounds.append(bounds[-1] + 50)
+    if len(bounds) > max_rows:
+        for width in _round_widths():
+            ends = [*range(max(width, 200), total_steps, width), total_steps]
+            if 3 + len(ends) <= max_rows:
+                break
+        bounds = [25, 50, 100, *ends]
     ranges, start = [], 1
     for end in bounds:
         if start > total_steps:

@@ -17,7 +17,6 @@ import csv
 import json
 import math
 import re
-import statistics
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,7 +34,6 @@ DRIFT_TOLERANCE = 0.05
 
 #: The loss table has at most this many rows: past it, the 50-step ranges after
 #: step 100 widen to 100, 200, 500, 1000... steps (a 100,000-step run: 20,000).
-MAX_LOSS_ROWS = 12
 
 #: At most this many event lines per run in the note (repeats are folded
 #: first); the data folder's events.csv has them all.
@@ -362,46 +360,9 @@ def collect(store: Store, ref: int | str, *, k8s: K8sConfig | None = None) -> Ru
     return report
 
 
-def _widths():
-    scale = 100
-    while True:
-        yield from (scale, 2 * scale, 5 * scale)
-        scale *= 10
-
-
-def _coarse_ranges(last: int) -> list[tuple[int, int]]:
-    """1-25, 26-50, 51-100, then ranges ending at multiples of 100, 200, 500, 1000...
-
-    The smallest width that keeps the table within MAX_LOSS_ROWS rows.
-    """
-    head = [(1, 25), (26, 50), (51, 100)]
-    for width in _widths():
-        ends = list(range(max(width, 200), last, width)) + [last]
-        if len(head) + len(ends) <= MAX_LOSS_ROWS:
-            break
-    firsts = [101] + [end + 1 for end in ends[:-1]]
-    return head + list(zip(firsts, ends))
-
-
 def loss_rows(steps: list[dict]) -> list[stats.LossRow]:
-    """The loss table by step range, fitted to the steps the run reached.
-
-    A run stopped at 37 of 200 has no empty rows; a long run's ranges widen so
-    that the table keeps at most MAX_LOSS_ROWS rows.
-    """
-    if not steps:
-        return []
-    last = steps[-1]["step"]
-    if len(stats.loss_ranges(last)) <= MAX_LOSS_ROWS:
-        return stats.loss_table(steps, last)
-    rows = []
-    for first, end in _coarse_ranges(last):
-        chosen = [s for s in steps if first <= s["step"] <= end]
-        finite = [s["loss"] for s in chosen if s["loss"] is not None and math.isfinite(s["loss"])]
-        rows.append(stats.LossRow(
-            first, end, len(chosen), statistics.fmean(finite) if finite else None,
-            statistics.median(s["step_s"] for s in chosen) if chosen else None))
-    return rows
+    """The loss table by step range, fitted to the steps the run reached."""
+    return stats.loss_table(steps, steps[-1]["step"]) if steps else []
 
 
 # === The step model ===========================================================

@@ -43,3 +43,10 @@ def test_loss_ranges_follow_the_reference_and_fit_the_run():
 def test_drift_compares_steps_6_25_with_6_n_and_names_the_slowest_step():
     d = stats.drift(steps_of([1.0] * 25 + [2.0] * 25))
     assert (d.early_median_s, d.slowest_step) == (1.0, 26)
+
+
+def test_a_long_runs_loss_table_keeps_to_twelve_rows_with_round_ranges():
+    ranges = stats.loss_ranges(2000)
+    assert len(ranges) <= stats.MAX_LOSS_ROWS
+    assert ranges == [(1, 25), (26, 50), (51, 100), (101, 500), (501, 1000), (1001, 1500),
+                      (1501, 2000)]  # by 200 would be 13 rows
