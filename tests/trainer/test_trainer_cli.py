@@ -78,9 +78,13 @@ def test_start_records_carry_the_full_config_versions_commit_and_host(baseline_r
 def test_step_records_have_phases_that_add_up_and_the_step_model_fields(baseline_run):
     proc, _ = baseline_run
     steps = [r for r in parsed(proc.stdout) if isinstance(r, Step)]
+    # A step is ~20 ms here: one preemption of the trainer by another process between
+    # two phases is unclaimed time of that size, so a few steps may miss on a busy host.
+    unexplained = [abs(sum(s.phases.values()) - s.step_s) / s.step_s for s in steps]
+    assert sorted(unexplained)[len(steps) // 2] <= 0.05, unexplained
+    assert sum(u <= 0.05 for u in unexplained) >= 0.8 * len(steps), unexplained
     for s in steps:
         assert set(s.phases) == set(PHASES)
-        assert abs(sum(s.phases.values()) - s.step_s) <= 0.05 * s.step_s, s
         assert s.memory["host_rss_gb"] > 0
         assert s.tokens == 2 * 64
         for key in STEP_EXTRA:
