@@ -96,7 +96,7 @@ def run_details(store, run_ref) -> dict:
     """Everything ``show`` prints, as data."""
     from daemon import stats, stepmodel
     from daemon.errors import ModelFitError
-    from daemon.store import ACTIVE
+    from daemon.store import ACTIVE, QUEUED
 
     run = store.run(run_ref)
     passes = {}
@@ -110,9 +110,16 @@ def run_details(store, run_ref) -> dict:
         model = comparison.as_dict() if comparison else None
     except ModelFitError as exc:
         model = {"error_message": str(exc)}
+    waiting = None
+    if run["status"] == QUEUED and checks and not checks[-1]["passed"]:
+        since = store.blocked_since(run["id"])
+        blocking = [g for g in checks[-1]["gates"] if g["verdict"] == "fail"]
+        waiting = {"blocked_since": since,
+                   "blocked_by": [f"{g['name']}: {g['detail']}" for g in blocking]}
     return {
         "run": run,
         "active": run["status"] in ACTIVE,
+        "waiting": waiting,
         "passes": passes,
         "gate_checks": checks,
         "pre_submit_load_range": stats.gate_load_range(store.gate_checks(run_id=run["id"])),
@@ -142,6 +149,11 @@ def show(home, as_json, run_ref):
                + f": {run['status']}" + (f", attempt {run['attempts']}" if run["attempts"] else ""))
     if run.get("exit_reason"):
         click.echo(f"  reason: {run['exit_reason'].splitlines()[0]}")
+    waiting = details["waiting"]
+    if waiting:
+        since = waiting["blocked_since"]
+        click.echo(f"  blocked{' ' + _ago(since, time.time()).removesuffix(' ago') if since else ''}"
+                   f": {'; '.join(waiting['blocked_by'])}")
     click.echo("  config: " + ", ".join(f"{k}={c[k]}" for k in (
         "model", "cards", "resident", "steps", "seq_len", "accum", "lr", "data", "seed",
         "backend", "baseline") if k in c))

@@ -45,3 +45,16 @@ def test_show_of_a_run_without_a_baseline_has_no_model_line(store, rngdctl):
     _, text, _ = rngdctl("show", str(run))
     assert "step model" not in text
     assert "main: 12/12 steps" in text
+
+
+def test_show_of_a_waiting_run_says_what_blocks_it_and_for_how_long(store, rngdctl):
+    import time
+
+    run = store.add_run({"cards": 1, "resident": 2, "steps": 12, "model": "tiny-llama"})
+    holder = {"name": "device_idle", "reading": 1, "threshold": "0 holders", "verdict": "fail",
+              "detail": "pid 4121 python bench.py (kim) holds /dev/rngd/npu0pe0-3"}
+    for minutes_ago in (14, 7, 0):
+        store.add_gate_check(run, [holder], False, now=time.time() - 60 * minutes_ago)
+    _, text, _ = rngdctl("show", str(run))
+    assert ("blocked 14 m: device_idle: pid 4121 python bench.py (kim) holds "
+            "/dev/rngd/npu0pe0-3") in text
