@@ -26,6 +26,9 @@ from daemon import stats, stepmodel
 from daemon.errors import BadInput, ModelFitError
 from daemon.home import K8sConfig
 from daemon.store import CANCELLED, DONE, FAILED, OOM, TIMEOUT, Store
+from rngdctl.units import DASH as _DASH
+from rngdctl.units import finite as _finite
+from rngdctl.units import rate, secs
 from trainer import records
 
 #: The 6-N median may differ from the 6-25 median by this fraction before the
@@ -54,41 +57,9 @@ _GATE_WORDS = {
 #: (image pulls, compiles, retries, requeues, warnings, non-finite losses...).
 ROUTINE_EVENTS = frozenset({"launch", "placement"})
 
-_DASH = "–"
 
 
 # === Numbers as the note prints them =========================================
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _sig(x: float) -> str:
-    """Three significant digits, no exponent for the sizes a note meets."""
-    if x == 0:
-        return "0"
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    digits = max(0, 2 - math.floor(math.log10(abs(x))))
-    return f"{x:.{digits}f}"
-
-
-def secs(x: float | None) -> str:
-    """A duration in s, ms or µs with three significant digits: 4.43 s, 18.4 ms, 32.0 µs."""
-    if not _finite(x):
-        return _DASH
-    if abs(x) < 1e-9:  # a difference of medians that is zero up to rounding
-        return "0 s"
-    if abs(x) >= 1:
-        return f"{_sig(x)} s"
-    if abs(x) >= 1e-3:
-        return f"{_sig(x * 1e3)} ms"
-    return f"{_sig(x * 1e6)} µs"
-
-
-def rate(x: float | None) -> str:
-    return _sig(x) if _finite(x) else _DASH
 
 
 def loss(x: float | None, digits: int = 4) -> str:

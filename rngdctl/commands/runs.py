@@ -11,6 +11,7 @@ import time
 import click
 
 from rngdctl.options import echo_json, fmt, json_option, with_home
+from rngdctl.units import rate, secs
 
 
 def _ago(t: float | None, now: float) -> str:
@@ -162,16 +163,16 @@ def show(home, as_json, run_ref):
         iqr = p["iqr_step_s"]
         click.echo(
             f"  {label}: {p['steps_done']}{total} steps, median step (6-N) "
-            f"{fmt(p['median_step_s'], '.3f', ' s')}"
-            + (f" [IQR {iqr[0]:.3f}-{iqr[1]:.3f}]" if iqr else "")
-            + f", {fmt(p['tokens_per_s'], ',.0f')} tok/s, last loss {fmt(p['last_loss'], '.4f')}"
+            f"{secs(p['median_step_s'])}"
+            + (f" [IQR {secs(iqr[0])}-{secs(iqr[1])}]" if iqr else "")
+            + f", {rate(p['tokens_per_s'])} tok/s, last loss {fmt(p['last_loss'], '.4f')}"
             + (f", {p['nonfinite_losses']} non-finite losses" if p["nonfinite_losses"] else ""))
     model = details["model"]
     if model and "error_message" in model:
         click.echo(f"  step model: {model['error_message']}")
     elif model:
-        click.echo(f"  step model (from the baseline pass): model {model['model_s']:.3f} s, "
-                   f"measured {model['measured_s']:.3f} s, error {model['error']:+.1%}; "
+        click.echo(f"  step model (from the baseline pass): model {secs(model['model_s'])}, "
+                   f"measured {secs(model['measured_s'])}, error {model['error']:+.1%}; "
                    f"furthest phase: {model['worst_phase']}")
     lr = details["load_range"]
     if lr:
