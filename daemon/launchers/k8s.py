@@ -198,9 +198,7 @@ class K8sLauncher:
         self._run_id = run.get("id")
         image = self._image(run)
         try:
-            node_name = self.node()
-            node = self.client.read_node(node_name)
-            pods = self.client.pods_on_node(node_name) if node is not None else []
+            node, free, detail = self._cards_on(self.node())
         except K8sUnavailable as exc:
             self._down(None, exc)
             return ClusterReading(0, f"Kubernetes API unavailable: {exc}", False,
@@ -209,10 +207,17 @@ class K8sLauncher:
             return ClusterReading(0, f"cannot read the node: {exc}", False, "unknown")
         self._up(None)
         if node is None:
-            return ClusterReading(0, f"node {node_name} does not exist", False, "unknown")
-        free, detail = cluster.cards_free(node, pods)
+            return ClusterReading(0, detail, False, "unknown")
         present, image_detail = self._image_reading(run, node, image)
         return ClusterReading(free, detail, present, image_detail)
+
+    def _cards_on(self, node_name: str) -> tuple[dict | None, int, str]:
+        """The node, its cards free and why (2 API calls: the node, the pods on it)."""
+        node = self.client.read_node(node_name)
+        if node is None:
+            return None, 0, f"node {node_name} does not exist"
+        free, detail = cluster.cards_free(node, self.client.pods_on_node(node_name))
+        return node, free, detail
 
     def launch(self, run: dict) -> None:
         """Create the run's Job (or its compile Job first); the run becomes ``running``."""
@@ -427,9 +432,7 @@ class K8sLauncher:
         """
         node = run.get("node") or self.node()
         need = int(run["config"]["cards"])
-        node_obj = self.client.read_node(node)
-        free, detail = (cluster.cards_free(node_obj, self.client.pods_on_node(node))
-                        if node_obj is not None else (0, f"node {node} does not exist"))
+        _, free, detail = self._cards_on(node)
         if free < need:
             message = (f"compile Job {compile_name} succeeded; waiting for {need} cards "
                        f"({detail})")

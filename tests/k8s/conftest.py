@@ -19,6 +19,21 @@ def cluster(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def dead_api(cluster, tmp_path, monkeypatch):
+    """KUBECONFIG names a local port that nothing listens on: every call is refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = tmp_path / "dead-kubeconfig"
+    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url,
+                                                           f"http://127.0.0.1:{port}"))
+    monkeypatch.setenv("KUBECONFIG", str(dead))
+    return dead
+
+
+@pytest.fixture
 def config():
     config = Config()
     config.k8s.namespace = NS

@@ -50,16 +50,7 @@ def test_the_doctor_command_prints_marks_and_exits_1_on_a_failed_check(cluster, 
 
 
 def test_doctor_says_when_the_api_does_not_answer_and_skips_what_needs_it(
-        cluster, config, proc, tmp_path, monkeypatch):
-    import socket
-
-    with socket.socket() as sock:  # a port that nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dead = tmp_path / "dead-kubeconfig"
-    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url,
-                                                           f"http://127.0.0.1:{port}"))
-    monkeypatch.setenv("KUBECONFIG", str(dead))
+        cluster, config, proc, dead_api):
     checks = _checks(config, proc)
     assert checks["kubeconfig"].ok
     api = checks["API answers"]

@@ -91,16 +91,7 @@ def test_a_429_waits_as_long_as_the_servers_retry_after(cluster):
 
 
 def test_a_refused_connection_is_retried_and_blocks_the_gate_without_raising(
-        cluster, launcher, submit, store, tmp_path, monkeypatch):
-    import socket
-
-    with socket.socket() as sock:  # a port that nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dead = tmp_path / "dead-kubeconfig"
-    dead.write_text(cluster.kubeconfig.read_text().replace(cluster.url,
-                                                           f"http://127.0.0.1:{port}"))
-    monkeypatch.setenv("KUBECONFIG", str(dead))
+        cluster, launcher, submit, store, dead_api):
     reading = launcher.cluster_reading(store.run(submit()))
     assert reading.cards_free == 0
     assert "no answer after 3 attempts" in reading.cards_detail
