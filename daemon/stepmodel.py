@@ -26,7 +26,8 @@ API (plain step dicts in, frozen dataclasses out; a step dict is a row of
   with its memory check; what ``rngdctl model`` prints.
 - ``memory_check(target, params_per_layer=, card_gb=, edge=) -> MemoryCheck``:
   whether C x R resident layers fit on the cards by the trainer's own
-  accounting (``card_bytes``).
+  accounting (``card_bytes``); ``host_memory_check`` the same for the host
+  (``host_bytes``: the offloaded layers, and the cards when the host plays them).
 - ``design_row(comparison, run=, hardware=)``, ``hardware_of(store, run_id)``
   and ``update_design_table(design_md_path, rows)``: the step-model table kept
   in docs/design.md between marker comments (``rngdctl export --update-design``).
@@ -493,6 +494,49 @@ def memory_check(target: Shape, *, params_per_layer: int | None, card_gb: float 
                        f"of {card_gb:g} GB before activations")
 
 
+#: Bytes per offloaded parameter in host memory (trainer/engine.py): its fp32
+#: master, gradient and AdamW's two moments.
+HOST_BYTES = 16
+#: Backend kinds whose "cards" are the host itself: their card bytes are host bytes too.
+HOST_PLAYS_CARD = ("cpu", "cpu-compiled", "cpu-perturbed")
+
+
+def host_bytes(target: Shape, params_per_layer: int, *, edge: int = 0, tied_head: bool = False,
+               host_plays_card: bool = False) -> int:
+    """Bytes of host memory the placement needs: offloaded layers' masters, gradients, moments.
+
+    When the host plays the cards (cpu backends) the cards' own bytes are host
+    memory as well. Activations and the process itself are not counted, as in
+    ``card_bytes``.
+    """
+    need = HOST_BYTES * params_per_layer * target.offloaded
+    if host_plays_card:
+        need += sum(card_bytes(target, params_per_layer, edge, tied_head))
+    return need
+
+
+def host_memory_check(target: Shape, *, params_per_layer: int | None, host_gb: float | None,
+                      edge: int = 0, tied_head: bool = False,
+                      host_plays_card: bool = False) -> MemoryCheck:
+    """Whether the host holds what the placement puts there, by the trainer's accounting."""
+    if not params_per_layer:
+        return MemoryCheck(True, [], host_gb,
+                           "host memory not checked: the baseline does not say its parameters "
+                           "per layer")
+    need = host_bytes(target, params_per_layer, edge=edge, tied_head=tied_head,
+                      host_plays_card=host_plays_card) / 1e9
+    what = "offloaded layers" + (" and the cards it plays" if host_plays_card else "")
+    if host_gb is None:
+        return MemoryCheck(True, [need], None,
+                           f"host needs {_gb(need)} GB for the {what}; no host limit known")
+    if need > host_gb:
+        return MemoryCheck(False, [need], host_gb,
+                           f"host would need {_gb(need)} GB for the {what}, more than its "
+                           f"{host_gb:g} GB")
+    return MemoryCheck(True, [need], host_gb,
+                       f"fits: host needs {_gb(need)} GB of {host_gb:g} GB for the {what}")
+
+
 def card_gb_for(backend: str | None) -> float | None:
     """The card memory the backend fixes (None: no fixed limit, e.g. cpu)."""
     first = str(backend or "cpu").split(",")[0].strip()
@@ -571,20 +615,27 @@ class Answer:
     baseline: Baseline
     prediction: Prediction
     memory: MemoryCheck
+    host_memory: MemoryCheck | None = None  # only when the caller gave the host's memory
 
     def as_dict(self) -> dict:
-        return {"baseline_run": self.baseline.run_id, "baseline_pass": self.baseline.label,
-                **self.prediction.as_dict(), "memory": asdict(self.memory)}
+        out = {"baseline_run": self.baseline.run_id, "baseline_pass": self.baseline.label,
+               **self.prediction.as_dict(), "memory": asdict(self.memory)}
+        if self.host_memory is not None:
+            out["host_memory"] = asdict(self.host_memory)
+        return out
 
 
 def model_config(store, baseline_run: int, *, cards: int, resident: int,
                  seq_len: int | None = None, accum: int | None = None,
-                 card_gb: float | None = None, resident_run: int | None = None) -> Answer:
+                 card_gb: float | None = None, resident_run: int | None = None,
+                 host_gb: float | None = None, check_host: bool = False) -> Answer:
     """Predict a config that has not run, from a stored run's all-offload pass.
 
     ``card_gb`` overrides the card memory the baseline's backend implies;
     ``resident_run`` names a run whose main pass (with resident layers) gives
-    the device optimizer's cost per layer.
+    the device optimizer's cost per layer. With ``check_host`` the answer also
+    says whether the host holds the offloaded layers (``host_gb``: its memory,
+    None when unknown).
     """
     base = baseline_of(store, baseline_run)
     if base is None:
@@ -606,7 +657,14 @@ def model_config(store, baseline_run: int, *, cards: int, resident: int,
     memory = memory_check(target, params_per_layer=ppl,
                           card_gb=card_gb if card_gb is not None else card_gb_for(base.backend),
                           edge=edge_params(config) or 0, tied_head=bool(config.get("tied_head")))
-    return Answer(base, predict(terms, target), memory)
+    host = None
+    if check_host:
+        kind = base.backend.split(",")[0].split(":")[0].strip()
+        host = host_memory_check(target, params_per_layer=ppl, host_gb=host_gb,
+                                 edge=edge_params(config) or 0,
+                                 tied_head=bool(config.get("tied_head")),
+                                 host_plays_card=kind in HOST_PLAYS_CARD)
+    return Answer(base, predict(terms, target), memory, host)
 
 
 def hardware_of(store, run_id: int) -> str:
@@ -724,6 +782,6 @@ def _insertion_point(text: str) -> tuple[str, str, str]:
 __all__ = [
     "Answer", "Baseline", "Comparison", "DesignRow", "MemoryCheck", "Prediction", "Shape",
     "Term", "Terms", "baseline_of", "card_gb_for", "compare", "design_row", "fit", "for_run",
-    "hardware_of", "memory_check", "model_config", "predict", "terms_for_run",
+    "hardware_of", "host_memory_check", "memory_check", "model_config", "predict", "terms_for_run",
     "update_design_table",
 ]

@@ -32,6 +32,7 @@ COMMANDS = [
     ("rngdctl.commands.demo", "demo"),
     ("rngdctl.commands.tui", "tui"),
     ("rngdctl.commands.model", "model"),
+    ("rngdctl.commands.plan", "plan"),
 ]
 
 

@@ -25,9 +25,25 @@ def _ago(t: float | None, now: float) -> str:
     return f"{s / 3600:.1f} h ago"
 
 
+class CardsParam(click.ParamType):
+    """A number of cards, or ``best``: the plan's fastest config that fits the cards free now."""
+
+    name = "N|best"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == "best":
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a valid integer, nor 'best'", param, ctx)
+
+
 @click.command()
-@click.option("--cards", type=int, required=True, help="Cards (one backend device each).")
-@click.option("--resident", type=int, required=True, help="Resident layers per card.")
+@click.option("--cards", type=CardsParam(), required=True,
+              help="Cards (one backend device each), or 'best': the fastest config that fits "
+                   "the cards free now, by `rngdctl plan` (chooses --resident too).")
+@click.option("--resident", type=int, help="Resident layers per card.")
 @click.option("--steps", type=int, help="Optimizer steps (default 200).")
 @click.option("--baseline", is_flag=True, default=None,
               help="Run an all-offload pass first, in the same Job, for the step model.")
@@ -54,12 +70,26 @@ def submit(home, as_json, **options):
     """
     from daemon.runspec import validate
 
-    config = validate(options)
     with home.store() as store:
+        chosen = None
+        if options["cards"] == "best":
+            from rngdctl.commands.plan import choose_best
+
+            chosen = choose_best(home, store, options)
+            options = {**options, "cards": chosen.best.cards, "resident": chosen.best.resident}
+        config = validate(options)
         run_id = store.add_run(config, name=config.get("name"))
         position = len(store.queue())
+    if chosen is not None and not as_json:
+        # stderr: stdout stays the run id alone, for scripts.
+        click.echo(f"chose {chosen.best.cards} card{'s' if chosen.best.cards != 1 else ''} x "
+                   f"{chosen.best.resident} resident ({secs(chosen.best.step_s)} a step "
+                   f"predicted from run {chosen.baseline_run}): {chosen.why}", err=True)
     if as_json:
-        echo_json({"id": run_id, "status": "queued", "position": position, "config": config})
+        echo_json({"id": run_id, "status": "queued", "position": position, "config": config,
+                   **({"chosen": {"cards": chosen.best.cards, "resident": chosen.best.resident,
+                                  "step_s": chosen.best.step_s, "why": chosen.why,
+                                  "baseline_run": chosen.baseline_run}} if chosen else {})})
     else:
         click.echo(run_id)
 

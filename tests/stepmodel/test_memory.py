@@ -44,3 +44,29 @@ def test_the_layer_blocks_match_the_trainers_placement():
         trainer_blocks = [len(engine.Placement.plan(layers, cards, 0, tied=False).block(c))
                           for c in range(cards)]
         assert stepmodel.blocks(layers, cards) == trainer_blocks
+
+
+def test_the_host_holds_the_offloaded_layers_masters_gradients_and_both_moments():
+    check = stepmodel.host_memory_check(Shape(layers=32, cards=2, resident_per_card=4),
+                                        params_per_layer=LAYER, host_gb=512.0)
+
+    assert check.fits
+    # 24 offloaded layers x 16 B per parameter (fp32 master, gradient, m, v).
+    assert check.need_gb == [pytest.approx(24 * LAYER * 16 / 1e9)]
+
+
+def test_a_host_too_small_for_the_offloaded_layers_is_reported_with_its_need():
+    check = stepmodel.host_memory_check(Shape(layers=32), params_per_layer=LAYER, host_gb=64.0)
+
+    assert not check.fits
+    assert check.message == ("host would need 111.7 GB for the offloaded layers, more than its "
+                             "64 GB")
+
+
+def test_when_the_host_plays_the_cards_their_bytes_count_against_host_memory_too():
+    shape = Shape(layers=4, cards=1, resident_per_card=2)
+    alone = stepmodel.host_bytes(shape, 1000)
+    played = stepmodel.host_bytes(shape, 1000, edge=500, host_plays_card=True)
+
+    assert alone == 2 * 1000 * 16
+    assert played == alone + sum(stepmodel.card_bytes(shape, 1000, 500))

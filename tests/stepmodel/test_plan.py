@@ -1,0 +1,191 @@
+"""`rngdctl plan` and `submit --cards best`: every config the node allows, priced by the model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from synthetic_logs import KNOWN, expected_step_s, make_pass
+
+from daemon import plan, stepmodel
+from daemon.errors import BadInput
+from daemon.plan import Capacity
+from daemon.probes import Holder, HostReading
+from rngdctl.cli import cli
+
+LAYER = 218_112_000  # the synthetic logs' parameters per layer (Llama-3.1-8B's)
+
+
+def invoke(home, *args):
+    result = CliRunner().invoke(cli, ["--home", str(home.path), *args])
+    return result
+
+
+@pytest.fixture
+def small_baseline(store):
+    """A 4-layer all-offload baseline of tiny-llama on cpu (synthetic terms, tiny-llama's sizes)."""
+    from daemon.ingest import Ingest
+    from trainer import records
+
+    def add():
+        steps = make_pass(layers=4, raw=False)
+        steps[-1].extra["params_per_layer"] = 46_208  # one dict shared by every step
+        run_id = store.add_run({"model": "tiny-llama", "backend": "cpu", "cards": 1})
+        start = records.Start(config_label="baseline", time=900.0, config={
+            "backend": "cpu", "cards": 1, "layers": 4, "resident_layers": 0, "seq_len": 512,
+            "accum": 4, "micro_batch": 1, "vocab_size": 512, "hidden_size": 64,
+            "tied_head": False, "params_per_layer": 46_208})
+        Ingest(store).feed(run_id, [records.dumps(start), *map(records.dumps, steps)])
+        return run_id
+    return add
+
+
+def test_every_cards_and_resident_config_the_node_allows_is_priced_by_the_step_model(
+        store, recorded_run):
+    run = recorded_run(make_pass(raw=False))
+    result = plan.make_plan(store, run, Capacity(2, 2, None, "two cards"), steps=100)
+
+    assert [(r.cards, r.resident) for r in result.rows] == (
+        [(1, r) for r in range(33)] + [(2, r) for r in range(17)])
+    row = next(r for r in result.rows if (r.cards, r.resident) == (2, 8))
+    answer = stepmodel.model_config(store, run, cards=2, resident=8)
+    assert row.step_s == answer.prediction.step_s
+    # Without a resident pass the model estimates a resident layer's optimizer step as h.
+    assert row.step_s == pytest.approx(expected_step_s(
+        {**KNOWN, "device_optim": KNOWN["host_optim"]}, cards=2, resident_per_card=8))
+    assert row.tokens_per_s == answer.prediction.tokens_per_s
+    assert row.total_s == pytest.approx(100 * row.step_s)
+
+
+def test_the_fastest_config_that_fits_the_cards_free_now_is_marked(store, recorded_run):
+    run = recorded_run(make_pass(raw=False))
+    # Each card holds 40 GB: 2 cards x 16 resident (the fastest of all) does not fit.
+    result = plan.make_plan(store, run, Capacity(4, 2, None, "4 cards, 2 free"), steps=10,
+                            card_gb=40.0)
+
+    candidates = [r for r in result.rows if r.fits and r.cards <= 2]
+    assert result.best == min(candidates, key=lambda r: r.step_s)
+    assert result.best.free_now and result.best.card_fits
+    fastest = min(result.rows, key=lambda r: r.step_s)
+    assert not fastest.card_fits or fastest.cards > 2
+    assert result.best != fastest
+    assert "2 cards free now" in result.why
+
+
+def test_a_host_too_small_for_any_config_leaves_nothing_to_recommend(store, recorded_run):
+    run = recorded_run(make_pass(raw=False))
+    # cpu baseline: the host plays the cards, so every config needs the whole model's
+    # training state in host memory; 1 GB holds none of them.
+    result = plan.make_plan(store, run, Capacity(1, 1, 1.0, "one card"), steps=10)
+
+    assert result.rows and not any(r.host_fits for r in result.rows)
+    assert result.best is None
+    assert result.why == "no config fits in card and host memory"
+
+
+def test_busy_cards_are_priced_but_not_chosen(store, recorded_run):
+    run = recorded_run(make_pass(raw=False))
+    result = plan.make_plan(store, run, Capacity(2, 0, None, "both held"), steps=10)
+
+    assert len(result.rows) == 33 + 17
+    assert not any(r.free_now for r in result.rows)
+    assert result.best is None and result.why == "no card is free now"
+
+
+def _host(devices, holders=()):
+    return HostReading(time=0.0, load=(0.1, 0.1, 0.1), holders=tuple(holders), complete=True,
+                       devices=tuple(devices))
+
+
+def test_the_local_launcher_counts_the_hosts_rngd_cards_and_the_ones_nobody_holds():
+    devices = [f"/dev/rngd/npu{c}{part}" for c in range(3) for part in ("pe0-3", "mgmt")]
+    bench = Holder(4121, "kim", "python bench.py", ("/dev/rngd/npu1pe0-3",))
+
+    capacity = plan.local_capacity(_host(devices, [bench]), backend="furiosa:auto", host_gb=64.0)
+
+    assert (capacity.cards, capacity.free) == (3, 2)
+    assert "held: npu1" in capacity.rule
+
+
+def test_on_a_cpu_backend_the_host_plays_every_card_up_to_one_per_layer():
+    capacity = plan.local_capacity(_host([]), backend="cpu", host_gb=None)
+
+    assert capacity.allowed(4) == 4 and capacity.free_of(4) == 4
+    assert "host plays every card" in capacity.rule
+
+
+def test_the_newest_run_of_the_model_with_an_all_offload_pass_is_the_baseline(
+        store, recorded_run):
+    older = recorded_run(make_pass(raw=False), config={"model": "tiny-llama", "cards": 1})
+    newer = recorded_run(make_pass(raw=False), config={"model": "tiny-llama", "cards": 1})
+    recorded_run(make_pass(cards=1, resident_per_card=2, label="main", raw=False),
+                 config={"model": "tiny-llama", "cards": 1})  # resident only: no baseline
+    recorded_run(make_pass(raw=False), config={"model": "tiny-qwen2", "cards": 1})
+
+    assert plan.find_baseline(store, "tiny-llama") == newer != older
+    with pytest.raises(BadInput, match="no baseline for model 'llama-3.1-8b-mini'"):
+        plan.find_baseline(store, "llama-3.1-8b-mini")
+
+
+def test_plan_prints_the_table_with_the_chosen_row_marked(home, small_baseline):
+    run = small_baseline()
+    result = invoke(home, "plan", "--baseline", str(run), "--steps", "50")
+
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith(f"plan for tiny-llama: baseline run {run} baseline")
+    marked = [line for line in lines if line.startswith("* ")]
+    assert len(marked) == 2  # the row and the line saying why
+    assert "host plays every card" in lines[1]
+
+
+def test_plan_json_gives_the_same_rows_and_choice(home, small_baseline):
+    run = small_baseline()
+    result = invoke(home, "plan", "--model", "tiny-llama", "--json")
+
+    data = json.loads(result.output)
+    assert data["baseline_run"] == run and data["steps"] == 200
+    # 4 layers: 1 card x 0-4, 2 x 0-2, 3 x 0-1, 4 x 0-1 resident.
+    assert [(r["cards"], r["resident"]) for r in data["rows"]] == [
+        (1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (2, 0), (2, 1), (2, 2), (3, 0), (3, 1),
+        (4, 0), (4, 1)]
+    best = min((r for r in data["rows"] if r["fits"] and r["free_now"]),
+               key=lambda r: r["step_s"])
+    assert data["best"] == {"cards": best["cards"], "resident": best["resident"]}
+
+
+def test_plan_without_a_baseline_or_model_is_one_line_and_exit_2(rngdctl):
+    code, out, err = rngdctl("plan")
+    assert (code, out, err) == (2, "", "Error: give --baseline RUN or --model NAME\n")
+
+
+def test_submit_cards_best_queues_the_plans_choice_and_says_which(home, store, small_baseline):
+    run = small_baseline()
+    expected = plan.make_plan(store, run, plan.local_capacity(_host([]), backend="cpu",
+                                                              host_gb=plan.host_memory_gb()),
+                              steps=200, seq_len=512, accum=4).best
+    result = CliRunner().invoke(cli, ["--home", str(home.path), "submit", "--cards", "best"])
+
+    assert result.exit_code == 0, result.output
+    run_id = int(result.stdout.strip())
+    config = store.run(run_id)["config"]
+    assert (config["cards"], config["resident"]) == (expected.cards, expected.resident)
+    assert result.stderr.startswith(
+        f"chose {expected.cards} card{'s' if expected.cards != 1 else ''} x "
+        f"{expected.resident} resident")
+    assert f"predicted from run {run}" in result.stderr
+
+
+def test_submit_cards_best_with_resident_is_refused_in_one_line(rngdctl, small_baseline, store):
+    small_baseline()
+    code, out, err = rngdctl("submit", "--cards", "best", "--resident", "2")
+    assert (code, out) == (2, "")
+    assert err == "Error: --cards best chooses --resident too: leave --resident out\n"
+    assert len(store.runs()) == 1  # only the baseline: nothing was queued
+
+
+def test_submit_cards_best_without_a_baseline_in_the_store_is_refused(rngdctl):
+    code, out, err = rngdctl("submit", "--cards", "best")
+    assert (code, out) == (2, "")
+    assert err.startswith("Error: no baseline for model 'tiny-llama'") and err.count("\n") == 1
