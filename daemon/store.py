@@ -20,7 +20,7 @@ from typing import Any, Self
 from daemon.errors import NoSuchRun, StoreError, StoreVersionError
 from trainer import records
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Run states. A run moves queued -> launching -> running -> one of FINISHED.
 QUEUED, LAUNCHING, RUNNING = "queued", "launching", "running"
@@ -131,7 +131,19 @@ _V2 = [
     )""",
 ]
 
-MIGRATIONS = {1: _V1, 2: _V2}
+# Version 3: what a launcher knows between ticks (an image missing, a pre-pull
+# pod in progress, a compile's digest, ...), so a restart at any instant
+# forgets nothing. One JSON value per key; run_id ties a fact to a run.
+_V3 = [
+    """CREATE TABLE launcher_state (
+        key TEXT PRIMARY KEY,
+        run_id INTEGER,
+        value TEXT NOT NULL,
+        time REAL NOT NULL
+    )""",
+]
+
+MIGRATIONS = {1: _V1, 2: _V2, 3: _V3}
 
 
 def _prepare_file(path: Path) -> None:
@@ -500,6 +512,38 @@ class Store:
             sql += " LIMIT ?"
             params.append(limit)
         return list(reversed(self._rows(sql, params)))
+
+    # === launcher state ======================================================
+    # Facts a launcher carries from tick to tick, keyed by the launcher's own
+    # names ("image:<node>:<image>", "run:<id>", ...). Values are JSON.
+
+    def set_launcher_state(self, key: str, value: Any, *, run_id: int | None = None,
+                           now: float | None = None) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO launcher_state (key, run_id, value, time) VALUES (?,?,?,?)",
+            (key, run_id, _json(value), time.time() if now is None else now),
+        )
+
+    def launcher_state(self, key: str) -> Any | None:
+        """The value stored under ``key``, or None."""
+        row = self.conn.execute("SELECT value FROM launcher_state WHERE key = ?",
+                                (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def launcher_states(self, prefix: str) -> dict[str, Any]:
+        """Every key starting with ``prefix`` and its value."""
+        rows = self.conn.execute(
+            "SELECT key, value FROM launcher_state WHERE substr(key, 1, ?) = ? ORDER BY key",
+            (len(prefix), prefix),
+        ).fetchall()
+        return {key: json.loads(value) for key, value in rows}
+
+    def drop_launcher_state(self, key: str | None = None, *, run_id: int | None = None) -> None:
+        """Forget one key, or every fact tied to ``run_id``."""
+        if key is not None:
+            self.conn.execute("DELETE FROM launcher_state WHERE key = ?", (key,))
+        if run_id is not None:
+            self.conn.execute("DELETE FROM launcher_state WHERE run_id = ?", (run_id,))
 
     # === the daemon's heartbeat ==============================================
 

@@ -17,7 +17,10 @@ Per tick (see docs/design.md, "Kubernetes launcher"):
 
 The Job's name, the log cursor (``log_since``, ``log_offset``), node and
 image digest live in the run's row, so a restarted daemon adopts the Job and
-resumes the log where it stopped.
+resumes the log where it stopped. Everything else the launcher knows between
+ticks (an image missing, a pre-pull in progress, a compile's digest, ...)
+lives in the store too, through ``daemon.k8s.state``: a daemon restarted at
+any instant acts on what the old one knew.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from daemon.ingest import Ingest
 from daemon.k8s import cluster, jobspec
 from daemon.k8s.client import K8sClient, K8sConflict, K8sError, K8sRejected, K8sUnavailable
 from daemon.k8s.logs import LogCursor
+from daemon.k8s.state import LauncherState
 from daemon.launchers.base import REQUEUE, Outcome
 from daemon.probes import read_host
 from daemon.runspec import trainer_argv
@@ -61,19 +65,14 @@ class K8sLauncher:
         self._client = client
         if client is not None and client.on_event is None:
             client.on_event = self._api_event
+        # Every fact carried from tick to tick is in the store (see daemon/k8s/state.py).
+        # What stays in memory is not such a fact: the node (the config, or one read
+        # of the API), whether this process is the daemon, and which run the API
+        # calls in progress are for (for the client's retry events).
+        self.state = LauncherState(store, clock)
         self._node: str | None = self.k8s.node
         self._daemon = False  # startup() ran: we may create pre-pull pods
         self._run_id: int | None = None  # the run the current API calls are for
-        self._unavailable: set[int | None] = set()  # runs with an open "API down" streak
-        self._missing: set[str] = set()  # images a pod failed to pull
-        self._pulled: dict[str, float] = {}  # image -> when our pre-pull pod got it
-        self._prepull_failed: dict[str, tuple[float, str]] = {}
-        self._waiting_for_cards: dict[int, int] = {}  # run -> cards free after its compile  # image -> (when, why)
-        self._prepull_started: dict[str, float] = {}  # image -> when its pod was first seen
-        self._before_launch: dict[int, set[int]] = {}  # run -> holder pids before launch
-        self._checked_holders: set[int] = set()  # runs whose holders were found ours
-        self._own: set[int] = set()
-        self._end: dict[int, records.End] = {}
 
     # === plumbing ============================================================
 
@@ -94,15 +93,15 @@ class K8sLauncher:
 
     def _down(self, run_id: int | None, exc: K8sUnavailable) -> None:
         """Store one event per streak of API unavailability, not one per tick."""
-        if run_id not in self._unavailable:
-            self._unavailable.add(run_id)
+        if not self.state.api_down(run_id):
+            self.state.set_api_down(run_id, True)
             self.store.add_event(run_id, "k8s_unavailable", f"{exc}; retrying next tick",
                                  now=self.clock())
         log.warning("%s", exc)
 
     def _up(self, run_id: int | None) -> None:
-        if run_id in self._unavailable:
-            self._unavailable.discard(run_id)
+        if self.state.api_down(run_id):
+            self.state.set_api_down(run_id, False)
             self.store.add_event(run_id, "k8s_available", "the Kubernetes API answers again",
                                  now=self.clock())
 
@@ -173,25 +172,31 @@ class K8sLauncher:
             image = (spec.get("containers") or [{}])[0].get("image")
             name = (pod.get("metadata") or {}).get("name")
             view = cluster.pod_view(pod)
-            if image and spec.get("nodeName") == node and not view.finished:
-                self._prepull_started.setdefault(image, self.clock())
+            ours = bool(image) and spec.get("nodeName") == node
+            if ours and not view.finished and view.waiting not in cluster.PULL_ERRORS:
+                if "prepull" not in self.state.image(node, image):  # created, then we died
+                    self.state.update_image(node, image,
+                                            prepull={"pod": name, "since": self.clock()})
                 continue
-            if image and view.started and spec.get("nodeName") == node:
-                self._pulled[image] = self.clock()
             self.client.delete_pod(self.ns, name, grace_seconds=0)
+            if ours and view.started:
+                self._got_image(node, image, view)
+            elif ours:
+                self.state.update_image(node, image, prepull=None)
 
     def _drop_prepulls(self, node: str, keep: str) -> None:
         """Delete pre-pull pods of images the head of the queue no longer needs."""
-        for image in [i for i in self._prepull_started if i != keep]:
-            self.client.delete_pod(self.ns, jobspec.prepull_name(image, node), grace_seconds=0)
-            del self._prepull_started[image]
+        for image, facts in self.state.images(node).items():
+            if image != keep and "prepull" in facts:
+                self.client.delete_pod(self.ns, facts["prepull"]["pod"], grace_seconds=0)
+                self.state.update_image(node, image, prepull=None)
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
 
     def own_pids(self) -> set[int]:
-        return set(self._own)
+        return self.state.own_pids()
 
     def cluster_reading(self, run: dict) -> ClusterReading:
         """Cards free on the node and whether the run's image is there (2 API calls)."""
@@ -226,9 +231,9 @@ class K8sLauncher:
             node = self.node()
         except (K8sError, ConfigError) as exc:
             raise LaunchError(str(exc)) from None
-        self._before_launch[run["id"]] = {h.pid for h in self._host().holders}
-        self._checked_holders.discard(run["id"])
-        self._end.pop(run["id"], None)
+        # A new attempt: what the last one saw of holders and its trainer's end is void.
+        self.state.update_run(run["id"], before=sorted(h.pid for h in self._host().holders),
+                              checked=None, end=None, waiting=None)
         precompile = bool(run["config"].get("precompile") or self.k8s.precompile)
         stage = jobspec.COMPILE if precompile else jobspec.TRAIN
         try:
@@ -273,7 +278,6 @@ class K8sLauncher:
                 return Outcome(CANCELLED, "cancelled")
             return Outcome(FAILED, f"Job {self.ns}/{name} was gone when the daemon restarted "
                                    f"(its log up to then is in trainer.log)")
-        self._checked_holders.add(run["id"])  # it ran before we stopped: not a new race
         self.store.add_event(run["id"], "adopt", f"adopted Job {self.ns}/{name} after a restart",
                              now=self.clock())
         return None
@@ -294,8 +298,11 @@ class K8sLauncher:
             self.store.add_event(run_id, "k8s_error", str(exc), now=self.clock())
             return Outcome(FAILED, f"the Kubernetes API refused a request: {exc}")
         except (LaunchError, ConfigError) as exc:  # the card Job after a compile Job
-            return Outcome(FAILED, str(exc))
-        self._up(run_id)
+            outcome = Outcome(FAILED, str(exc))
+        else:
+            self._up(run_id)
+        if outcome is not None and outcome.status != REQUEUE:
+            self.state.forget_run(run_id)
         return outcome
 
     # === following ===========================================================
@@ -399,8 +406,9 @@ class K8sLauncher:
         message = f"{view.waiting}: {view.waiting_message or 'the image cannot be pulled'}"
         self._delete(name, [view.name])
         image = self._image(run)
-        self._missing.add(image)
-        self._pulled.pop(image, None)
+        # Stored, so that a restarted daemon does not trust a stale status.images.
+        self.state.update_image(view.node or run.get("node") or self.node(), image,
+                                missing=True, pulled=None, digest=None)
         tries = self._tries(run)
         self.store.add_event(run["id"], "image_pull",
                              f"{message} (try {tries} of {self.k8s.max_attempts}); "
@@ -436,11 +444,11 @@ class K8sLauncher:
         if free < need:
             message = (f"compile Job {compile_name} succeeded; waiting for {need} cards "
                        f"({detail})")
-            if self._waiting_for_cards.get(run["id"]) != free:
-                self._waiting_for_cards[run["id"]] = free
+            if self.state.run(run["id"]).get("waiting") != free:
+                self.state.update_run(run["id"], waiting=free)
                 self.store.add_event(run["id"], "compile", message, now=self.clock())
             return None
-        self._waiting_for_cards.pop(run["id"], None)
+        self.state.update_run(run["id"], waiting=None)
         self.store.add_event(run["id"], "compile", f"compile Job {compile_name} succeeded; "
                              f"starting the card Job", now=self.clock())
         name = self._create_job(run, node, jobspec.TRAIN)
@@ -477,9 +485,9 @@ class K8sLauncher:
             fh.write("".join(line + "\n" for line in lines))
         fed = self.ingest.feed(run_id, lines)
         if fed.end is not None:
-            self._end[run_id] = fed.end
+            self.state.update_run(run_id, end={"status": fed.end.status, "error": fed.end.error})
         if fed.new_steps:
-            self._checked_holders.add(run_id)  # the trainer holds its cards and steps
+            self.state.update_run(run_id, checked=True)  # the trainer holds its cards and steps
         self.store.update_run(run_id, log_since=cursor.last, log_offset=cursor.taken_at_last)
         run.update(log_since=cursor.last, log_offset=cursor.taken_at_last)
 
@@ -490,11 +498,12 @@ class K8sLauncher:
 
     def _check_holders(self, run: dict, name: str, view: cluster.PodView) -> Outcome | None:
         """Until the first step: a device holder that is not our pod's deletes the Job."""
-        if run["id"] in self._checked_holders:
+        facts = self.state.run(run["id"])
+        if facts.get("checked"):
             return None
         ours, foreign = self._split_holders(self._host().holders, view.uid,
-                                            self._before_launch.get(run["id"], set()))
-        self._own = {h.pid for h in ours}
+                                            set(facts.get("before") or []))
+        self.state.set_own_pids(run["id"], {h.pid for h in ours})
         if not foreign:
             return None
         first = foreign[0]
@@ -530,37 +539,46 @@ class K8sLauncher:
 
     def _image_reading(self, run: dict, node: dict, image: str) -> tuple[bool, str]:
         now = self.clock()
-        if self._daemon and any(i != image for i in self._prepull_started):
+        node_name = node["metadata"]["name"]
+        if self._daemon:
             try:  # the run it was for was cancelled, moved or failed
-                self._drop_prepulls(node["metadata"]["name"], keep=image)
+                self._drop_prepulls(node_name, keep=image)
             except K8sError as exc:
                 log.warning("deleting a pre-pull pod: %s", exc)
-        if image in self._pulled:
-            return True, f"{image} pulled onto the node by our pre-pull pod"
-        if image not in self._missing and cluster.image_listed(node, image):
-            return True, f"{image} is in the node's status.images"
-        why = ("a pull failed on the node" if image in self._missing
+        facts = self.state.image(node_name, image)
+        # A pre-pull in progress settles the question: until its pod has pulled (or
+        # failed), neither an earlier pull nor status.images lets the card Job start.
+        if "prepull" not in facts:
+            if facts.get("pulled"):
+                return True, f"{image} pulled onto the node by our pre-pull pod"
+            if not facts.get("missing") and cluster.image_listed(node, image):
+                return True, f"{image} is in the node's status.images"
+        why = ("a pull failed on the node" if facts.get("missing")
                else "not in the node's status.images (a capped list: a hint)")
         if not self._daemon:
-            return False, f"{image}: {why}; the daemon pre-pulls it with a card-less pod"
-        failed = self._prepull_failed.get(image)
-        if failed and now - failed[0] < self.k8s.prepull_retry:
-            wait = self.k8s.prepull_retry - (now - failed[0])
-            return False, f"{image}: pre-pull failed: {failed[1]}; next try in {wait:.0f} s"
+            doing = (f"pre-pulling with pod {facts['prepull']['pod']}" if "prepull" in facts
+                     else "the daemon pre-pulls it with a card-less pod")
+            return False, f"{image}: {why}; {doing}"
+        failed = facts.get("failed")
+        if failed and "prepull" not in facts and now - failed["time"] < self.k8s.prepull_retry:
+            wait = self.k8s.prepull_retry - (now - failed["time"])
+            return False, (f"{image}: pre-pull failed: {failed['message']}; "
+                           f"next try in {wait:.0f} s")
         try:
-            return self._prepull(run, node["metadata"]["name"], image, why)
+            return self._prepull(run, node_name, image, why, facts)
         except K8sUnavailable as exc:
             self._down(None, exc)
             return False, f"{image}: {why}; pre-pull waits for the API"
         except K8sRejected as exc:
             return False, f"{image}: {why}; cannot start a pre-pull pod: {exc}"
 
-    def _prepull(self, run: dict, node: str, image: str, why: str) -> tuple[bool, str]:
+    def _prepull(self, run: dict, node: str, image: str, why: str,
+                 facts: dict) -> tuple[bool, str]:
         """Start, watch and clean up the pre-pull pod for ``image`` (no card requested)."""
         name = jobspec.prepull_name(image, node)
         run_id = run.get("id")
         # Read the pod only once we know it exists: a new pre-pull is one create call.
-        pod = self.client.read_pod(self.ns, name) if image in self._prepull_started else None
+        pod = self.client.read_pod(self.ns, name) if "prepull" in facts else None
         if pod is None:
             body = jobspec.prepull_pod(self.k8s, name=name, node=node, image=image, run_id=run_id)
             try:
@@ -568,29 +586,33 @@ class K8sLauncher:
             except K8sConflict:
                 pod = self.client.read_pod(self.ns, name)  # ours, from before a restart
         if pod is None:
-            self._prepull_started[image] = self.clock()
+            self.state.update_image(node, image, prepull={"pod": name, "since": self.clock()})
             self.store.add_event(run_id, "prepull", f"{image}: {why}; pre-pulling on {node} "
                                  f"with pod {name} (no card)", now=self.clock())
             return False, f"{image}: {why}; pre-pulling with pod {name}"
-        started = self._prepull_started.setdefault(image, self.clock())
+        prepull = facts.get("prepull") or {"pod": name, "since": self.clock()}
+        if "prepull" not in facts:
+            self.state.update_image(node, image, prepull=prepull)
         view = cluster.pod_view(pod)
         pulled = view.started or view.waiting in ("RunContainerError", "CreateContainerError",
                                                   "StartError")
         if pulled:
             self.client.delete_pod(self.ns, name, grace_seconds=0)
-            self._prepull_started.pop(image, None)
-            self._pulled[image] = self.clock()
-            self._missing.discard(image)
-            self._prepull_failed.pop(image, None)
+            self._got_image(node, image, view)
             self.store.add_event(run_id, "prepull", f"{image} pulled onto {node} by pod {name}",
                                  now=self.clock())
             return True, f"{image} pulled onto the node by our pre-pull pod"
-        failure = self._prepull_failure(view, started)
+        failure = self._prepull_failure(view, prepull["since"])
         if failure is not None:
-            return self._prepull_failed_now(run, name, image, failure)
+            return self._prepull_failed_now(run, node, name, image, failure)
         state = view.waiting or view.phase
         detail = f" ({view.waiting_message})" if view.waiting_message else ""
         return False, f"{image}: pre-pulling with pod {name}: {state}{detail}"
+
+    def _got_image(self, node: str, image: str, view: cluster.PodView) -> None:
+        """Our pre-pull pod pulled ``image``: it is on the node, as the digest the pod ran."""
+        self.state.update_image(node, image, pulled=self.clock(), missing=None, failed=None,
+                                prepull=None, digest=view.image_id)
 
     def _prepull_failure(self, view: cluster.PodView, started: float) -> str | None:
         """Why the pre-pull pod failed (the kubelet's message), or None while it may still pull."""
@@ -603,15 +625,17 @@ class K8sLauncher:
                     f"({view.waiting or view.phase})")
         return None
 
-    def _prepull_failed_now(self, run: dict, pod_name: str, image: str,
+    def _prepull_failed_now(self, run: dict, node: str, pod_name: str, image: str,
                             message: str) -> tuple[bool, str]:
         """Delete the pre-pull pod and count a try; after ``max_attempts`` fail the queued run."""
-        self.client.delete_pod(self.ns, pod_name, grace_seconds=0)
-        self._prepull_started.pop(image, None)
-        self._prepull_failed[image] = (self.clock(), message)
         run_id = run.get("id")
+        # Stored before the pod goes: a restart in between finds the pod failing and
+        # deletes it at startup, without counting the try twice.
         self.store.add_event(run_id, "prepull_failed", f"{image}: {message}", now=self.clock(),
                              data={"image": image, "message": message, "pod": pod_name})
+        self.state.update_image(node, image, prepull=None,
+                                failed={"time": self.clock(), "message": message})
+        self.client.delete_pod(self.ns, pod_name, grace_seconds=0)
         if run_id is None:
             return False, f"{image}: pre-pull failed: {message}"
         tries = self._tries(run)
@@ -622,6 +646,7 @@ class K8sLauncher:
         # (the image gate fails, and claim_for_launch only claims a queued run).
         reason = self._pull_gave_up(run_id, image, tries, message)
         self.store.finish_run(run_id, FAILED, reason=reason, now=self.clock())
+        self.state.forget_run(run_id)
         self.store.add_event(run_id, "finished", f"{FAILED}: {reason}", now=self.clock())
         log.info("run %s %s %s", run_id, FAILED, reason)
         return False, f"{image}: run {run_id} failed: {reason}"
@@ -689,8 +714,8 @@ class K8sLauncher:
         return job["metadata"]["name"] if job else None
 
     def _end_suffix(self, run_id: int) -> str:
-        end = self._end.get(run_id)
-        return f"; trainer: {end.status}: {end.error}" if end and end.error else ""
+        end = self.state.run(run_id).get("end") or {}
+        return f"; trainer: {end['status']}: {end['error']}" if end.get("error") else ""
 
     def _tail_suffix(self, run_id: int, stage: str = jobspec.TRAIN) -> str:
         """The last non-record lines of the saved log, for a failed run's reason."""

@@ -6,6 +6,8 @@ whichever test folder's conftest was imported last when folders run together.
 
 from __future__ import annotations
 
+import os
+
 IMAGE = "registry.example/furiosa-llm:2026.1"
 
 
@@ -46,3 +48,13 @@ def end_line(status: str = "ok", error: str | None = None) -> str:
     from trainer import records
 
     return records.dumps(records.End(status=status, error=error, time=2000.0))
+
+
+def device_holder(proc, pid: int, cgroup: str | None) -> None:
+    """A process in the fake /proc that holds an RNGD device file (no cgroup file: None)."""
+    d = proc / str(pid)
+    (d / "fd").mkdir(parents=True)
+    os.symlink("/dev/rngd/npu0pe0", d / "fd" / "3")
+    (d / "cmdline").write_bytes(b"python\0serve.py\0")
+    if cgroup is not None:
+        (d / "cgroup").write_text(cgroup)

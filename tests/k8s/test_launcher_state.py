@@ -9,11 +9,12 @@ the old one knew.
 from __future__ import annotations
 
 import pytest
-from k8s_support import IMAGE, tick_until_launched
+from k8s_support import device_holder, end_line, start_line, tick_until_launched
 
 PULLING = {"phase": "Pending", "containerStatuses": [{"name": "prepull", "state": {
     "waiting": {"reason": "ContainerCreating", "message": ""}}}]}
 DIGEST = "registry.example/furiosa-llm@sha256:" + "ab" * 32
+ELSEWHERE = "registry.example/other:1"  # not in the node's status.images
 
 
 def _pulled(digest: str = DIGEST) -> dict:
@@ -75,3 +76,147 @@ def test_a_restart_while_the_pre_pull_pulls_keeps_the_image_missing_until_the_po
     tick_until_launched(daemon, store, run_id, now + 4)
     assert cluster.names("v1/pods") == []  # the pre-pull pod is not left behind
     assert cluster.names("batch/v1/jobs") == [f"rngd-{run_id}-a2"]
+
+
+def test_a_restart_between_the_failed_pull_and_the_pre_pull_still_pre_pulls_first(
+        cluster, daemon, submit, store, restart):
+    from daemon.launchers.base import REQUEUE
+
+    run_id = submit()
+    now = tick_until_launched(daemon, store, run_id, 1)
+    _pull_fails(cluster, store, run_id)
+    # The launcher sees the pull error; the daemon dies before the gate check.
+    assert daemon.launcher.follow(store.run(run_id)).status == REQUEUE
+    store.requeue(run_id)
+
+    daemon = restart(daemon)
+    assert daemon.tick(now=now).launched is None
+    [prepull] = cluster.names("v1/pods")
+    assert prepull.startswith("rngd-prepull-")
+    assert daemon.tick(now=now + 1).launched is None
+    assert cluster.names("batch/v1/jobs") == []
+
+
+def test_a_restart_after_a_failed_pre_pull_waits_out_the_retry_delay(
+        cluster, daemon, submit, store, config, clock, restart):
+    config.k8s.prepull_retry = 60
+    run_id = submit(image=ELSEWHERE)
+    daemon.tick(now=1)
+    [prepull] = cluster.names("v1/pods")
+    cluster.patch("v1/pods", prepull, {"status": {"phase": "Pending", "containerStatuses": [
+        {"name": "prepull", "state": {"waiting": {"reason": "ErrImagePull",
+                                                  "message": "unauthorized"}}}]}})
+    daemon.tick(now=2)
+    assert cluster.names("v1/pods") == []
+
+    daemon = restart(daemon)
+    clock.now += 30
+    daemon.tick(now=3)
+    assert cluster.names("v1/pods") == []  # 30 s of 60: no new pod yet
+    [check] = store.gate_checks(run_id=run_id, limit=1)
+    assert "pre-pull failed: ErrImagePull: unauthorized; next try in 30 s" in str(check["gates"])
+    clock.now += 30
+    daemon.tick(now=4)
+    assert len(cluster.names("v1/pods")) == 1
+
+
+def test_a_restart_does_not_reset_the_pre_pull_timeout(cluster, daemon, submit, store, config,
+                                                      clock, restart):
+    config.k8s.prepull_timeout = 900
+    run_id = submit(image=ELSEWHERE)
+    daemon.tick(now=1)
+    [prepull] = cluster.names("v1/pods")
+    cluster.patch("v1/pods", prepull, {"status": PULLING})
+    clock.now += 600
+
+    daemon = restart(daemon)
+    daemon.tick(now=2)
+    assert cluster.names("v1/pods") == [prepull]
+    clock.now += 300  # 900 s since the pod was made, 300 s since the restart
+    daemon.tick(now=3)
+    assert cluster.names("v1/pods") == []
+    [failed] = store.events(run_id=run_id, kinds=["prepull_failed"])
+    assert "not pulled within 900 s" in failed["message"]
+
+
+def test_an_image_our_pre_pull_got_is_not_pulled_again_after_a_restart(
+        cluster, daemon, submit, store, restart):
+    run_id = submit(image=ELSEWHERE)
+    daemon.tick(now=1)
+    [prepull] = cluster.names("v1/pods")
+    cluster.patch("v1/pods", prepull, {"status": _pulled()})
+    daemon.tick(now=2)  # pulled: the pod is deleted, the gate passes once
+    assert cluster.names("v1/pods") == []
+
+    daemon = restart(daemon)  # the scheduler counts passes in a row from 0 again
+    assert tick_until_launched(daemon, store, run_id, 3)
+    assert daemon.launcher.client.calls["create_pod"] == 0
+    assert cluster.names("v1/pods") == []
+
+
+def test_a_compiled_run_waiting_for_its_cards_says_so_once_across_a_restart(
+        cluster, daemon, submit, store, restart):
+    run_id = submit(precompile=True)
+    now = tick_until_launched(daemon, store, run_id, 1)
+    compile_job = store.run(run_id)["job_name"]
+    cluster.start_pod(compile_job, phase="Succeeded",
+                      state={"terminated": {"exitCode": 0, "reason": "Completed"}})
+    cluster.finish_job(compile_job, "Complete")
+    cluster.add_pod("grabbed-meanwhile", cards=7, namespace="alice")
+    daemon.tick(now=now)
+
+    daemon = restart(daemon)
+    daemon.tick(now=now + 1)
+    assert store.run(run_id)["job_name"] == compile_job
+    assert [e["message"] for e in store.events(run_id=run_id, kinds=["compile"])] == [
+        f"compile Job {compile_job} succeeded; waiting for 2 cards (node rngd-node-1: "
+        f"8 allocatable, 7 requested (alice/grabbed-meanwhile=7))"]
+
+
+def test_a_restart_before_the_first_step_keeps_checking_the_device_holders(
+        cluster, daemon, submit, store, proc, restart):
+    device_holder(proc, 999, None)  # holds a card before the launch; its cgroup unreadable
+    run_id = submit()
+    now = tick_until_launched(daemon, store, run_id, 1)
+    job = store.run(run_id)["job_name"]
+    cluster.start_pod(job)
+
+    daemon = restart(daemon)
+    daemon.tick(now=now)
+    assert store.run(run_id)["status"] == "queued"
+    assert cluster.get("batch/v1/jobs", job) is None
+    [event] = store.events(run_id=run_id, kinds=["foreign_holder"])
+    assert event["message"].startswith("pid 999 ")
+
+
+def test_the_trainers_end_error_read_before_a_restart_is_in_the_failed_runs_reason(
+        cluster, daemon, submit, store, restart):
+    run_id = submit()
+    now = tick_until_launched(daemon, store, run_id, 1)
+    pod = cluster.start_pod(store.run(run_id)["job_name"])
+    cluster.log(pod, [("2026-01-01T00:00:02Z", start_line(run_id)),
+                      ("2026-01-01T00:00:03Z", end_line("error", "device lost"))])
+    daemon.tick(now=now)  # the end record is read; the container has not exited yet
+
+    daemon = restart(daemon)
+    cluster.set_pod(pod, phase="Failed", state={"terminated": {"exitCode": 1, "reason": "Error"}})
+    assert daemon.tick(now=now + 1).finished == (run_id, "failed")
+    assert "trainer: error: device lost" in store.run(run_id)["exit_reason"]
+
+
+def test_an_api_outage_across_a_restart_is_one_event_and_its_end_another(
+        cluster, daemon, submit, store, restart):
+    run_id = submit()
+    now = tick_until_launched(daemon, store, run_id, 1)
+    job = store.run(run_id)["job_name"]
+    cluster.start_pod(job)
+    # Each read of the Job is tried 3 times: the next three reads get no answer.
+    cluster.fail("get", f"/apis/batch/v1/namespaces/ml/jobs/{job}", times=9)
+    daemon.tick(now=now)
+
+    daemon = restart(daemon)  # its recover() reads the Job: still down
+    daemon.tick(now=now + 1)
+    daemon.tick(now=now + 2)  # the API answers again
+    kinds = [e["kind"] for e in store.events(run_id=run_id)
+             if e["kind"] in ("k8s_unavailable", "k8s_available")]
+    assert kinds == ["k8s_unavailable", "k8s_available"]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
-from k8s_support import step_line, tick_until_launched
+from k8s_support import device_holder, step_line, tick_until_launched
 
 
 def _new_launcher(home, store, config, proc):
@@ -102,22 +100,13 @@ def test_a_cancel_through_the_daemon_deletes_the_job_within_one_tick(cluster, da
     assert store.run(run_id)["status"] == "cancelled"
 
 
-def _holder(proc, pid: int, cgroup: str | None) -> None:
-    d = proc / str(pid)
-    (d / "fd").mkdir(parents=True)
-    os.symlink("/dev/rngd/npu0pe0", d / "fd" / "3")
-    (d / "cmdline").write_bytes(b"python\0serve.py\0")
-    if cgroup is not None:
-        (d / "cgroup").write_text(cgroup)
-
-
 def test_a_device_holder_outside_our_pod_deletes_the_job_and_requeues(cluster, running,
                                                                       launcher, store, proc):
     run_id, job = running()
     pod = cluster.start_pod(job)
     uid = cluster.get("v1/pods", pod)["metadata"]["uid"]
-    _holder(proc, 4242, f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/cri-x\n")
-    _holder(proc, 999, "0::/user.slice/user-1000.slice/session-3.scope\n")
+    device_holder(proc, 4242, f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/cri-x\n")
+    device_holder(proc, 999, "0::/user.slice/user-1000.slice/session-3.scope\n")
     outcome = launcher.follow(store.run(run_id))
     assert outcome.status == "requeue" and outcome.reason.startswith(
         "a foreign process held the cards: pid 999")
@@ -129,6 +118,6 @@ def test_our_pods_own_device_holder_is_not_foreign(cluster, running, launcher, s
     run_id, job = running()
     pod = cluster.start_pod(job)
     uid = cluster.get("v1/pods", pod)["metadata"]["uid"]
-    _holder(proc, 4242, f"12:devices:/kubepods/besteffort/pod{uid}/abc\n")
+    device_holder(proc, 4242, f"12:devices:/kubepods/besteffort/pod{uid}/abc\n")
     assert launcher.follow(store.run(run_id)) is None
     assert cluster.get("batch/v1/jobs", job) is not None
