@@ -168,9 +168,10 @@ def test_a_compiled_run_waiting_for_its_cards_says_so_once_across_a_restart(
     daemon = restart(daemon)
     daemon.tick(now=now + 1)
     assert store.run(run_id)["job_name"] == compile_job
-    assert [e["message"] for e in store.events(run_id=run_id, kinds=["compile"])] == [
-        f"compile Job {compile_job} succeeded; waiting for 2 cards (node rngd-node-1: "
-        f"8 allocatable, 7 requested (alice/grabbed-meanwhile=7))"]
+    [waiting] = store.events(run_id=run_id, kinds=["compile"])
+    assert waiting["message"] == (f"compile Job {compile_job} succeeded; waiting for 2 cards "
+                                  f"(node rngd-node-1: 8 allocatable, 7 requested "
+                                  f"(alice/grabbed-meanwhile=7))")
 
 
 def test_a_restart_before_the_first_step_keeps_checking_the_device_holders(
