@@ -18,6 +18,7 @@ DEFAULTS = {
     "steps": 200,
     "baseline": False,
     "baseline_steps": None,
+    "interleave": None,  # None: INTERLEAVE_BLOCK on cpu, 0 on cards (see interleave_default)
     "model": "tiny-llama",
     "data": "synthetic",
     "seq_len": 512,
@@ -30,6 +31,9 @@ DEFAULTS = {
     "deadline": None,
     "precompile": False,
 }
+
+#: Steps per block when the baseline and the asked config alternate (``--interleave``).
+INTERLEAVE_BLOCK = 5
 
 _BACKEND = re.compile(r"^(cpu|cuda(:\d+)?|furiosa:(auto|\d+))$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -84,6 +88,10 @@ def validate(options: dict) -> dict:
         _at_least(config, "baseline_steps", 1)
     if config["lora"] is not None:
         _at_least(config, "lora", 1)
+    if config["interleave"] is not None:
+        _at_least(config, "interleave", 0)
+    else:
+        config["interleave"] = interleave_default(config["backend"])
     if config["deadline"] is not None:
         _at_least(config, "deadline", 1)
     if not _BACKEND.match(config["backend"]):
@@ -95,6 +103,16 @@ def validate(options: dict) -> dict:
     config["model"] = _check_model(config["model"])
     config["data"] = _check_data(config["data"])
     return config
+
+
+def interleave_default(backend: str) -> int:
+    """Interleave on cpu; on cards the two passes' models would share the card's memory.
+
+    Interleaving keeps both passes' models alive at once. On the host that is
+    a few hundred MB more; on a card it doubles what the passes hold there,
+    which a config sized to the card would not survive.
+    """
+    return INTERLEAVE_BLOCK if backend == "cpu" else 0
 
 
 def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
@@ -123,6 +141,8 @@ def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
         argv.append("--baseline")
         if c.get("baseline_steps"):
             argv += ["--baseline-steps", str(c["baseline_steps"])]
+        if c.get("interleave"):
+            argv += ["--interleave", str(c["interleave"])]
     if log_path:
         argv += ["--log", str(log_path)]
     if cache_dir:

@@ -15,12 +15,14 @@ API (plain step dicts in, frozen dataclasses out; a step dict is a row of
   reads it from step records, ``Shape.of_config(config)`` from a start config.
 - ``predict(terms, target: Shape) -> Prediction``: step time, tok/s and the
   predicted split by phase.
-- ``compare(prediction, measured_steps) -> Comparison``: the measured median
-  of steps 6-N with its interquartile range, ``error = (model - measured) /
+- ``compare(prediction, measured_steps, last=, interleave=) -> Comparison``:
+  the measured median of steps 6-N (6-last) with its interquartile range, ``error = (model - measured) /
   measured``, and the measured split by phase beside the predicted one.
 - ``for_run(store, run_id) -> Comparison | None``: the run's main pass against
   the model fitted from its own baseline pass (None when it has no baseline
   pass or no main steps yet). ``terms_for_run(store, run_id)`` gives the terms.
+  When the trainer interleaved the passes, only the main steps that ran
+  alongside the baseline's are compared (``paired_window``).
 - ``model_config(store, run_id, cards=, resident=, ...) -> Answer``: a config
   that has not run, from a stored run's all-offload pass (``baseline_of``),
   with its memory check; what ``rngdctl model`` prints.
@@ -364,6 +366,16 @@ class Comparison:
     last_step: int
     measured_tokens_per_s: float
     measured_phases: dict  # SPLIT -> median seconds
+    interleave: int = 0  # block size when the passes alternated; 0: one after the other
+
+    @property
+    def window(self) -> str:
+        """Which steps the measured median is over, in words."""
+        steps = (f"steps {self.first_step}-{self.last_step}" if self.last_step > self.first_step
+                 else f"step {self.first_step}")
+        if self.interleave:
+            steps += f", interleaved with the baseline in blocks of {self.interleave}"
+        return steps
 
     @property
     def model_s(self) -> float:
@@ -396,7 +408,8 @@ class Comparison:
     def as_dict(self) -> dict:
         return {
             "measured_s": self.measured_s, "iqr_s": list(self.iqr), "steps": self.steps,
-            "step_range": [self.first_step, self.last_step],
+            "step_range": [self.first_step, self.last_step], "interleave": self.interleave,
+            "window": self.window,
             "model_s": self.model_s, "error": self.error,
             "measured_tokens_per_s": self.measured_tokens_per_s,
             "model_tokens_per_s": self.model_tokens_per_s,
@@ -412,9 +425,14 @@ def relative_error(model_s: float | None, measured_s: float | None) -> float | N
     return (model_s - measured_s) / measured_s
 
 
-def compare(prediction: Prediction, measured_steps: list[dict]) -> Comparison:
-    """The prediction against the median of the measured steps 6-N."""
-    chosen = stats.steady(measured_steps)
+def compare(prediction: Prediction, measured_steps: list[dict], *,
+            last: int | None = None, interleave: int = 0) -> Comparison:
+    """The prediction against the median of the measured steps 6-N (6-``last`` if given).
+
+    ``interleave`` says the passes alternated in blocks of that many steps;
+    ``paired_window`` gives both for a run.
+    """
+    chosen = [s for s in stats.steady(measured_steps) if last is None or s["step"] <= last]
     if not chosen:
         raise ModelFitError("nothing to compare: the run has no steps")
     times = [float(s["step_s"]) for s in chosen]
@@ -426,9 +444,22 @@ def compare(prediction: Prediction, measured_steps: list[dict]) -> Comparison:
     return Comparison(
         prediction=prediction, measured_s=measured, iqr=stats.quartiles(times),
         steps=len(chosen), first_step=chosen[0]["step"], last_step=chosen[-1]["step"],
-        measured_tokens_per_s=stats.tokens_per_s(measured_steps) or math.nan,
-        measured_phases=phases,
+        measured_tokens_per_s=stats.tokens_per_s(chosen) or math.nan,
+        measured_phases=phases, interleave=interleave,
     )
+
+
+def paired_window(main_config: dict | None, baseline_steps: list[dict]) -> dict:
+    """``compare``'s window arguments for a run whose passes may have been interleaved.
+
+    Interleaved, only the main steps that ran alongside the baseline's share
+    its host: the window ends at the baseline's last step. One after the
+    other, it is the whole main pass.
+    """
+    block = int((main_config or {}).get("interleave") or 0)
+    if not block or not baseline_steps:
+        return {}
+    return {"last": max(s["step"] for s in baseline_steps), "interleave": block}
 
 
 # === Memory ==================================================================
@@ -602,10 +633,13 @@ def for_run(store, run_id: int) -> Comparison | None:
     main = store.steps(run_id, MAIN)
     if not main:
         return None
-    terms = terms_for_run(store, run_id)
-    if terms is None:
+    baseline = store.steps(run_id, BASELINE)
+    if not baseline:
         return None
-    return compare(predict(terms, Shape.of_steps(main)), main)
+    terms = fit(baseline, _pass_config(store, run_id, BASELINE),
+                baseline_label=f"run {run_id} baseline")
+    window = paired_window(_pass_config(store, run_id, MAIN), baseline)
+    return compare(predict(terms, Shape.of_steps(main)), main, **window)
 
 
 @dataclass(frozen=True)

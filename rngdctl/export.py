@@ -360,7 +360,8 @@ def model_rows(store: Store, report: RunReport) -> tuple[list[ModelRow], list[st
         # the two agree.
         terms = stepmodel.terms_for_run(store, report.id)
         target = stepmodel.Shape.of_steps(report.steps)
-        comparison = stepmodel.compare(stepmodel.predict(terms, target), report.steps)
+        comparison = stepmodel.compare(stepmodel.predict(terms, target), report.steps,
+                                       **stepmodel.paired_window(report.config, report.baseline))
     except ModelFitError as exc:
         return [baseline_row, measured_row], [f"The step model gave no prediction: {exc}."]
     report.comparison = comparison
@@ -369,7 +370,7 @@ def model_rows(store: Store, report: RunReport) -> tuple[list[ModelRow], list[st
                                    comparison.error)]
     terms = comparison.prediction.terms
     notes = [(f"The model's terms come from the baseline pass in the same run; measured is "
-             f"the median of steps {comparison.first_step}–{comparison.last_step} "
+             f"the median of {comparison.window} "
              f"(interquartile range {secs(comparison.iqr[0])}–{secs(comparison.iqr[1])}). "
              f"The phase furthest from its prediction is {comparison.worst_phase}."), "",
              "| term | seconds | per | from |", "| --- | --- | --- | --- |"]

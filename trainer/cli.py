@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--baseline", action="store_true",
                    help="run an all-offload pass first on the same cards")
     t.add_argument("--baseline-steps", type=int, default=None, help="default min(steps, 10)")
+    t.add_argument("--settle", type=int, default=60, metavar="N",
+                   help="with --baseline: untimed steps on a throwaway copy until the step time "
+                        "settles (median of 5 within 3%% of the 5 before), at most N; 0: none")
+    t.add_argument("--interleave", type=int, default=0, metavar="B",
+                   help="with --baseline: alternate baseline and main in blocks of B steps "
+                        "(0: baseline first, then main)")
     t.add_argument("--cache-dir", default=None,
                    help="tokenizer cache (default $RNGDCTL_CACHE or ~/.cache/rngdctl)")
     t.add_argument("--log", default=None, metavar="FILE", help="also write the records here")
@@ -143,7 +149,8 @@ def cmd_train(args) -> int:
         schedule=args.schedule, warmup=args.warmup, weight_decay=args.weight_decay,
         max_grad_norm=args.max_grad_norm, data=args.data, seed=args.seed,
         checkpoint=args.checkpoint_layers, threads=args.threads, baseline=args.baseline,
-        baseline_steps=args.baseline_steps, cache_dir=args.cache_dir, log=args.log)
+        baseline_steps=args.baseline_steps, settle=args.settle,
+        interleave=args.interleave, cache_dir=args.cache_dir, log=args.log)
     label = None
     try:
         recipe = Recipe(cfg, writer, should_stop=stop)

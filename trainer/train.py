@@ -10,12 +10,27 @@ tokenizer and the backends once; ``run()`` does the passes (an all-offload
 model from the same seed and the same data order, each opened by a ``start``
 record and followed by one ``step`` record per optimizer step. The caller
 writes the one ``end`` record.
+
+With ``--baseline`` two things keep the step-time model's comparison honest
+(docs/design.md "Trainer", "Timing the two passes"):
+
+- **Settling**: before any timed pass, untimed steps run on a throwaway
+  all-offload copy of the model (same seed, its own data stream) until the
+  step time settles: the median of the last ``SETTLE_K`` steps within
+  ``SETTLE_TOL`` of the ``SETTLE_K`` before, at most ``--settle`` steps. The
+  copy is dropped before the timed passes are built, so no timed pass's
+  numerics change. One ``settle`` event says how many steps it took.
+- **Interleaving** (``--interleave B``): the two passes alternate in blocks of
+  B steps (baseline first), each on its own model, schedule and data stream,
+  so slow drift of the host hits both. Each pass's losses are those of the
+  pass run alone (tested).
 """
 
 from __future__ import annotations
 
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -50,6 +65,8 @@ class TrainConfig:
     threads: int | None = None  # torch host threads; None: torch's default
     baseline: bool = False  # run an all-offload pass first, for the step-time model
     baseline_steps: int | None = None  # default min(steps, 10)
+    settle: int = 60  # with --baseline: at most this many untimed settling steps; 0: none
+    interleave: int = 0  # with --baseline: alternate the passes in blocks of this many steps
     cache_dir: str | None = None  # where trained tokenizers are cached
     log: str | None = None  # records also go to this file
 
@@ -71,6 +88,10 @@ class TrainConfig:
             raise UsageError("--threads must be at least 1")
         if self.baseline_steps is not None and self.baseline_steps < 1:
             raise UsageError("--baseline-steps must be at least 1")
+        if self.settle < 0:
+            raise UsageError("--settle must be 0 or more")
+        if self.interleave < 0:
+            raise UsageError("--interleave must be 0 (off) or a block of steps")
 
 
 @dataclass
@@ -151,62 +172,69 @@ class Recipe:
 
     def run(self) -> list[PassSummary]:
         cfg = self.cfg
-        passes = []
+        plan = []
         if cfg.baseline:
-            passes.append((BASELINE, 0, cfg.baseline_steps or min(cfg.steps, 10)))
-        passes.append((MAIN, cfg.resident_layers, cfg.steps))
-        return [self.train_pass(label, resident, steps) for label, resident, steps in passes]
+            plan.append((BASELINE, 0, cfg.baseline_steps or min(cfg.steps, 10)))
+        plan.append((MAIN, cfg.resident_layers, cfg.steps))
+        if cfg.baseline and cfg.settle:
+            self.settle(cfg.settle)
+        if cfg.baseline and cfg.interleave:
+            return self.run_interleaved([_Pass(self, *p) for p in plan], cfg.interleave)
+        summaries = []
+        for p in plan:
+            run = _Pass(self, *p)
+            run.begin()
+            while not run.done:
+                run.step()
+            summaries.append(run.finish())  # drops the engine before the next pass builds
+        return summaries
 
-    def train_pass(self, label: str, resident: int, steps: int) -> PassSummary:
-        from trainer import models, optim
+    def run_interleaved(self, passes: list[_Pass], block: int) -> list[PassSummary]:
+        """Both passes alive at once, alternating blocks of ``block`` steps, baseline first."""
+        for p in passes:
+            p.begin()
+        while not all(p.done for p in passes):
+            for p in passes:
+                for _ in range(block):
+                    if p.done:
+                        break
+                    p.step()
+        return [p.finish() for p in passes]
 
-        cfg = self.cfg
-        self.label = label
-        engine = self.build_engine(resident)
-        model, placement = engine.model, engine.placement
-        self.writer.write(Start(
-            config_label=label, config=self.config_record(engine, steps), run_id=cfg.run_id,
-            versions=versions(), git=git_commit(), host=platform.node()))
-        self.event("placement", placement.describe())
-        log(f"{label}: {placement.describe()}")
+    def settle(self, cap: int) -> None:
+        """Untimed steps on a throwaway all-offload model until the step time settles.
 
-        schedule = optim.Schedule(cfg.lr, steps, cfg.warmup if cfg.warmup is not None
-                                  else optim.default_warmup(steps), cfg.schedule)
-        extra_fixed = {
-            "layers": placement.layers,
-            "cards": placement.cards,
-            "resident_per_card": placement.resident_per_card,
-            "resident_layers": placement.resident_layers,
-            "offloaded_layers": placement.offloaded_layers,
-            "seq_len": cfg.seq_len,
-            "accum": cfg.accum,
-            "micro_batch": cfg.micro_batch,
-            "params_per_layer": models.params_per_layer(model),
-        }
-        summary = PassSummary(label, steps)
+        A process's first steps run slow for a while (allocator, caches, the
+        CPU's clock); timing a pass in that stretch makes it look slower than
+        the next. The throwaway model is built from the same seed and dropped,
+        so the timed passes compute exactly what they would without this.
+        """
+        self.label = "settle"
+        engine = self.build_engine(0)  # all-offload: never clamped
+        schedule = _schedule(self.cfg, cap)
         stream = iter(self.batches)
-        for step in range(1, steps + 1):
-            micro = [next(stream) for _ in range(cfg.accum)]
-            lr = schedule.at(step)
+        times: list[float] = []
+        settled = False
+        t_start = time.perf_counter()
+        for step in range(1, cap + 1):
+            micro = [next(stream) for _ in range(self.cfg.accum)]
             t0 = time.perf_counter()
-            result = engine.step(micro, lr)
-            step_s = time.perf_counter() - t0
-            memory = {"host_rss_gb": round(host_peak_rss_gb(), 4)}
-            peaks = engine.device_peaks_gb()
-            if peaks is not None:
-                memory["device_peak_gb"] = peaks
-            self.writer.write(Step(
-                config_label=label, step=step, loss=result.loss, step_s=round(step_s, 6),
-                tokens=result.tokens, lr=lr,
-                phases={k: round(v, 6) for k, v in result.phases.items()},
-                memory=memory,
-                extra={**extra_fixed, "label_tokens": result.label_tokens,
-                       "grad_norm": round(result.grad_norm, 6)},
-            ))
-            summary.losses.append(result.loss)
-            if step == 1 or step % 10 == 0 or step == steps:
-                log(f"{label} step {step}/{steps} loss {result.loss:.4f} {step_s * 1000:.1f} ms")
-        return summary
+            engine.step(micro, schedule.at(step))
+            times.append(time.perf_counter() - t0)
+            if settled_by_rule(times):
+                settled = True
+                break
+        del engine
+        k = SETTLE_K
+        message = (f"{len(times)} untimed steps on a throwaway copy before the timed passes: "
+                   + (f"settled (median of the last {k} within {SETTLE_TOL:.0%} of the {k} before)"
+                      if settled else f"not settled within --settle {cap}"))
+        self.event("settle", message, data={
+            "steps": len(times), "settled": settled, "cap": cap, "k": k, "tolerance": SETTLE_TOL,
+            "seconds": round(time.perf_counter() - t_start, 3),
+            "step_s": [round(t, 6) for t in times]})
+        log(f"settle: {message}")
+        self.label = None
 
     def config_record(self, engine, steps: int) -> dict:
         import torch
@@ -237,6 +265,102 @@ class Recipe:
     def event(self, name: str, message: str, data: dict | None = None) -> None:
         self.writer.write(Event(event=name, message=message,
                                 config_label=getattr(self, "label", None), data=data or {}))
+
+
+#: Settling rule: the median of the last SETTLE_K untimed steps within
+#: SETTLE_TOL of the median of the SETTLE_K steps before them.
+SETTLE_K = 5
+SETTLE_TOL = 0.03
+
+
+def settled_by_rule(times: list[float], k: int = SETTLE_K, tol: float = SETTLE_TOL) -> bool:
+    """Whether the last ``k`` step times have settled against the ``k`` before them."""
+    if len(times) < 2 * k:
+        return False
+    last = statistics.median(times[-k:])
+    before = statistics.median(times[-2 * k:-k])
+    return abs(last - before) <= tol * before
+
+
+def _schedule(cfg: TrainConfig, steps: int):
+    from trainer import optim
+
+    return optim.Schedule(cfg.lr, steps, cfg.warmup if cfg.warmup is not None
+                          else optim.default_warmup(steps), cfg.schedule)
+
+
+class _Pass:
+    """One timed pass: its own engine (model from the seed), schedule and data stream.
+
+    ``begin`` builds the engine and writes the ``start`` record; ``step`` runs
+    and records one optimizer step; ``finish`` drops the engine. Two passes
+    can be alive at once (interleaving): nothing here is shared between them.
+    """
+
+    def __init__(self, recipe: Recipe, label: str, resident: int, steps: int):
+        self.recipe, self.label, self.resident, self.steps = recipe, label, resident, steps
+        self.summary = PassSummary(label, steps)
+        self.engine = None
+
+    @property
+    def done(self) -> bool:
+        return len(self.summary.losses) >= self.steps
+
+    def begin(self) -> None:
+        from trainer import models
+
+        recipe, cfg = self.recipe, self.recipe.cfg
+        recipe.label = self.label
+        self.engine = engine = recipe.build_engine(self.resident)
+        placement = engine.placement
+        recipe.writer.write(Start(
+            config_label=self.label, config=recipe.config_record(engine, self.steps),
+            run_id=cfg.run_id, versions=versions(), git=git_commit(), host=platform.node()))
+        recipe.event("placement", placement.describe())
+        log(f"{self.label}: {placement.describe()}")
+        self.schedule = _schedule(cfg, self.steps)
+        self.extra_fixed = {
+            "layers": placement.layers,
+            "cards": placement.cards,
+            "resident_per_card": placement.resident_per_card,
+            "resident_layers": placement.resident_layers,
+            "offloaded_layers": placement.offloaded_layers,
+            "seq_len": cfg.seq_len,
+            "accum": cfg.accum,
+            "micro_batch": cfg.micro_batch,
+            "params_per_layer": models.params_per_layer(engine.model),
+        }
+        self.stream = iter(recipe.batches)
+
+    def step(self) -> None:
+        recipe, cfg, engine = self.recipe, self.recipe.cfg, self.engine
+        recipe.label = self.label
+        step = len(self.summary.losses) + 1
+        micro = [next(self.stream) for _ in range(cfg.accum)]
+        lr = self.schedule.at(step)
+        t0 = time.perf_counter()
+        result = engine.step(micro, lr)
+        step_s = time.perf_counter() - t0
+        memory = {"host_rss_gb": round(host_peak_rss_gb(), 4)}
+        peaks = engine.device_peaks_gb()
+        if peaks is not None:
+            memory["device_peak_gb"] = peaks
+        recipe.writer.write(Step(
+            config_label=self.label, step=step, loss=result.loss, step_s=round(step_s, 6),
+            tokens=result.tokens, lr=lr,
+            phases={k: round(v, 6) for k, v in result.phases.items()},
+            memory=memory,
+            extra={**self.extra_fixed, "label_tokens": result.label_tokens,
+                   "grad_norm": round(result.grad_norm, 6)},
+        ))
+        self.summary.losses.append(result.loss)
+        if step == 1 or step % 10 == 0 or step == self.steps:
+            log(f"{self.label} step {step}/{self.steps} loss {result.loss:.4f} "
+                f"{step_s * 1000:.1f} ms")
+
+    def finish(self) -> PassSummary:
+        self.engine = None
+        return self.summary
 
 
 def _blocks(layers: int, cards: int) -> list[range]:

@@ -1,0 +1,76 @@
+"""Interleaved passes: the main pass is measured over the steps that ran beside the baseline."""
+
+from __future__ import annotations
+
+import pytest
+from synthetic_logs import expected_step_s, make_pass
+
+from daemon import stepmodel
+from trainer import records
+
+
+def slowed_after(steps: list, step: int, factor: float) -> list:
+    """The pass with every step after ``step`` ``factor`` times slower (the host got busy)."""
+    out = []
+    for s in steps:
+        if s.step > step:
+            s = records.Step(**{**s.__dict__, "step_s": s.step_s * factor,
+                                "phases": {k: v * factor for k, v in s.phases.items()}})
+        out.append(s)
+    return out
+
+
+def test_an_interleaved_run_is_compared_over_the_steps_that_ran_beside_the_baseline(
+        store, recorded_run):
+    baseline = make_pass(cards=2, steps=15, raw=False)
+    # The main pass runs on alone for 25 more steps, on a host that got twice as slow.
+    main = slowed_after(make_pass(cards=2, resident_per_card=4, steps=40, label="main",
+                                  raw=False), 15, 2.0)
+    run = recorded_run(baseline, main, main_config={"interleave": 5})
+
+    c = stepmodel.for_run(store, run)
+
+    assert (c.first_step, c.last_step, c.interleave) == (6, 15, 5)
+    assert c.measured_s == pytest.approx(expected_step_s(cards=2, resident_per_card=4))
+    # The same error as if the host had not slowed down after the baseline ended.
+    calm = make_pass(cards=2, resident_per_card=4, steps=40, label="main")
+    assert c.error == pytest.approx(stepmodel.compare(c.prediction, calm).error)
+    assert c.window == "steps 6-15, interleaved with the baseline in blocks of 5"
+    assert c.as_dict()["window"] == c.window
+
+
+def test_a_run_whose_passes_ran_one_after_the_other_is_compared_over_all_its_steps(
+        store, recorded_run):
+    baseline = make_pass(cards=2, steps=15, raw=False)
+    main = slowed_after(make_pass(cards=2, resident_per_card=4, steps=40, label="main",
+                                  raw=False), 15, 2.0)
+    run = recorded_run(baseline, main)
+
+    c = stepmodel.for_run(store, run)
+
+    assert (c.first_step, c.last_step, c.interleave) == (6, 40, 0)
+    assert c.window == "steps 6-40"
+    assert c.measured_s > 1.5 * expected_step_s(cards=2, resident_per_card=4)
+
+
+def test_paired_window_is_empty_without_interleaving_or_a_baseline():
+    base = [{"step": n} for n in range(1, 11)]
+    assert stepmodel.paired_window({"interleave": 0}, base) == {}
+    assert stepmodel.paired_window(None, base) == {}
+    assert stepmodel.paired_window({"interleave": 5}, []) == {}
+    assert stepmodel.paired_window({"interleave": 5}, base) == {"last": 10, "interleave": 5}
+
+
+def test_the_note_says_which_window_the_model_used(store, recorded_run):
+    from rngdctl import export
+
+    baseline = make_pass(cards=2, steps=15, raw=False)
+    main = make_pass(cards=2, resident_per_card=4, steps=40, label="main", raw=False)
+    run = recorded_run(baseline, main, main_config={"interleave": 5},
+                       config={"backend": "cpu", "cards": 2, "resident": 4, "interleave": 5})
+
+    report = export.collect(store, run)
+
+    assert report.comparison.last_step == 15
+    assert any("steps 6-15, interleaved with the baseline in blocks of 5" in line
+               for line in report.model_notes)

@@ -1,0 +1,96 @@
+"""How the trainer times its two passes: settling before them, interleaving them.
+
+Neither may change what the timed passes compute: the step-time model's
+baseline and the asked config must train exactly as they would alone.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from trainer.errors import UsageError
+from trainer.records import RecordWriter
+from trainer.train import SETTLE_K, Recipe, TrainConfig, settled_by_rule
+
+
+def train(**overrides) -> list[dict]:
+    """The records of a small tiny-llama run with --baseline, in process."""
+    out = io.StringIO()
+    cfg = TrainConfig(model="tiny-llama", backend="cpu,cpu", resident_layers=1, seq_len=32,
+                      accum=2, lr=1e-3, baseline=True, baseline_steps=5, steps=7, settle=0,
+                      threads=1)
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    recipe = Recipe(cfg, RecordWriter(out, None))
+    recipe.setup()
+    recipe.run()
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def losses(recs: list[dict], label: str) -> list[float]:
+    return [r["loss"] for r in recs if r["kind"] == "step" and r["config_label"] == label]
+
+
+@pytest.fixture(scope="module")
+def alone():
+    return train()
+
+
+def test_interleaved_passes_alternate_in_blocks_baseline_first(alone):
+    recs = train(interleave=3)
+    order = [(r["config_label"], r["step"]) for r in recs if r["kind"] == "step"]
+    assert order == ([("baseline", s) for s in (1, 2, 3)] + [("main", s) for s in (1, 2, 3)]
+                     + [("baseline", s) for s in (4, 5)] + [("main", s) for s in (4, 5, 6)]
+                     + [("main", 7)])
+    # Each pass still opens with its own start record, which says it was interleaved.
+    starts = [r for r in recs if r["kind"] == "start"]
+    assert [s["config_label"] for s in starts] == ["baseline", "main"]
+    assert starts[1]["config"]["interleave"] == 3
+
+
+def test_interleaved_passes_compute_exactly_what_they_compute_alone(alone):
+    recs = train(interleave=2)
+    # Same seed, same data order, same arithmetic in the same order on one thread:
+    # the losses are bit for bit those of the passes run one after the other.
+    assert losses(recs, "main") == losses(alone, "main")
+    assert losses(recs, "baseline") == losses(alone, "baseline")
+    assert len(losses(recs, "main")) == 7
+
+
+def test_settling_steps_do_not_change_what_the_timed_passes_compute(alone):
+    recs = train(settle=2 * SETTLE_K + 2)
+    assert losses(recs, "main") == losses(alone, "main")
+    assert losses(recs, "baseline") == losses(alone, "baseline")
+    settle = [r for r in recs if r["kind"] == "event" and r["event"] == "settle"]
+    assert len(settle) == 1
+    data = settle[0]["data"]
+    # The rule needs two blocks of SETTLE_K steps before it can say "settled".
+    assert 2 * SETTLE_K <= data["steps"] <= 2 * SETTLE_K + 2
+    assert len(data["step_s"]) == data["steps"]
+    # Settling comes before the first timed pass opens.
+    kinds = [r["kind"] for r in recs]
+    assert kinds.index("event") < kinds.index("start")
+
+
+def test_a_run_without_a_baseline_does_not_settle():
+    recs = train(baseline=False, settle=20)
+    assert not [r for r in recs if r["kind"] == "event" and r["event"] == "settle"]
+    assert losses(recs, "baseline") == []
+
+
+def test_the_settling_rule_compares_the_median_of_the_last_k_steps_with_the_k_before():
+    k = SETTLE_K
+    assert settled_by_rule([0.010] * k + [0.0102] * k)  # 2 % apart
+    assert not settled_by_rule([0.020] * k + [0.010] * k)  # still warming up
+    assert not settled_by_rule([0.010] * (2 * k - 1))  # too few to tell
+    # One preempted step does not move a median.
+    assert settled_by_rule([0.010] * k + [0.010, 0.010, 0.050, 0.010, 0.010])
+
+
+@pytest.mark.parametrize("key", ["settle", "interleave"])
+def test_a_negative_settle_or_interleave_is_bad_input(key):
+    with pytest.raises(UsageError, match=f"--{key}"):
+        TrainConfig(**{key: -1}).validate()
