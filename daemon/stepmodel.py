@@ -83,6 +83,11 @@ OPTIONAL = ("wait",)
 #: no phase claimed (step_s minus the sum of the phases).
 SPLIT = ("fwd_bwd", "upload", "download", "host_optim", "device_optim", "wait", "unclaimed")
 
+#: The least move of the compute term that counts as the host changing between
+#: the passes, whatever their spread: below it, the notice would fire on the
+#: few-percent differences one process's two passes show on a quiet host.
+HOST_MOVED = 0.02
+
 #: A term whose source starts with this was not measured.
 ESTIMATED = "estimated"
 
@@ -206,6 +211,7 @@ class Terms:
     baseline_median_s: float
     baseline_tokens: float  # median tokens per step the baseline reports
     baseline_iqr: tuple[float, float]
+    compute_iqr: tuple[float, float] | None = None  # quartiles of the baseline's fwd_bwd
 
     def all(self) -> list[Term]:
         return [self.compute, self.upload, self.download, self.host_optim,
@@ -304,6 +310,7 @@ def fit(baseline_steps: list[dict], baseline_config: dict | None = None, *,
         baseline_tokens=statistics.median(float(s.get("tokens") or shape.tokens)
                                           for s in chosen),
         baseline_iqr=stats.quartiles(times),
+        compute_iqr=stats.quartiles([float(s["phases"]["fwd_bwd"]) for s in chosen]),
     )
 
 
@@ -367,6 +374,7 @@ class Comparison:
     measured_tokens_per_s: float
     measured_phases: dict  # SPLIT -> median seconds
     interleave: int = 0  # block size when the passes alternated; 0: one after the other
+    measured_compute_iqr: tuple[float, float] | None = None  # quartiles of the main's fwd_bwd
 
     @property
     def window(self) -> str:
@@ -399,11 +407,77 @@ class Comparison:
                                             - self.measured_phases.get(p, 0.0)))
 
     def split(self) -> list[dict]:
-        """Predicted and measured seconds per phase, side by side."""
+        """Predicted and measured seconds per phase, side by side.
+
+        ``error`` is the phase's share of the step's error, (model - measured)
+        / measured step: the phases' shares add up to ``error``.
+        """
         return [{"phase": p, "model_s": self.prediction.phases[p],
                  "measured_s": self.measured_phases.get(p, 0.0),
-                 "diff_s": self.prediction.phases[p] - self.measured_phases.get(p, 0.0)}
+                 "diff_s": self.prediction.phases[p] - self.measured_phases.get(p, 0.0),
+                 "error": (self.prediction.phases[p] - self.measured_phases.get(p, 0.0))
+                 / self.measured_s if self.measured_s else None}
                 for p in SPLIT]
+
+    @property
+    def compute_moved(self) -> float:
+        """Measured device compute over the model's, less 1: the same work measured twice.
+
+        The model scales the baseline's fwd_bwd by tokens and layers only, so
+        on a steady host this is near 0 whatever the placement.
+        """
+        model = self.prediction.phases["fwd_bwd"]
+        return self.measured_phases["fwd_bwd"] / model - 1 if model > 0 else math.nan
+
+    @property
+    def compute_spread(self) -> float:
+        """How far apart the two passes' fwd_bwd medians may be before their IQRs part.
+
+        Half the baseline's interquartile width plus half the main pass's,
+        each relative to its own median: within it, the two passes computed
+        at the same speed as far as their own step-to-step spread can tell.
+        """
+        halves = []
+        for iqr, median in ((self.prediction.terms.compute_iqr,
+                             self.prediction.terms.compute.seconds),
+                            (self.measured_compute_iqr, self.measured_phases["fwd_bwd"])):
+            if iqr is None or median <= 0:
+                return math.nan
+            halves.append((iqr[1] - iqr[0]) / median / 2)
+        return sum(halves)
+
+    @property
+    def host_changed(self) -> bool:
+        """The compute term moved by more than the passes' own spread (and over HOST_MOVED).
+
+        The same device work took a different time in the two passes: the host
+        changed between them (load, clock, another process), not the model.
+        """
+        moved, spread = abs(self.compute_moved), self.compute_spread
+        return math.isfinite(moved) and math.isfinite(spread) and moved > max(spread, HOST_MOVED)
+
+    @property
+    def error_without_compute(self) -> float:
+        """The error with the measured fwd_bwd in place of the model's: the rest of the model."""
+        p = self.prediction.phases["fwd_bwd"]
+        return (self.model_s - p + self.measured_phases["fwd_bwd"] - self.measured_s) \
+            / self.measured_s
+
+    def error_terms(self) -> str:
+        """The error in words, term by term, largest share first (shares under 0.1 % left out)."""
+        shares = sorted((r for r in self.split() if r["error"] is not None),
+                        key=lambda r: -abs(r["error"]))
+        return ", ".join(f"{r['phase']} {r['error'] * 100:+.1f} %" for r in shares
+                         if abs(r["error"]) >= 0.001) or "every term within 0.1 %"
+
+    def host_notice(self) -> str | None:
+        """One plain sentence when the host changed between the passes, else None."""
+        if not self.host_changed:
+            return None
+        return (f"the host changed between the passes: the same device compute (fwd_bwd) took "
+                f"{self.compute_moved * 100:+.1f} % in the asked config against the baseline "
+                f"(more than the passes' own spread, {self.compute_spread * 100:.1f} %); the "
+                f"rest of the model is off by {self.error_without_compute * 100:+.1f} %")
 
     def as_dict(self) -> dict:
         return {
@@ -414,6 +488,10 @@ class Comparison:
             "measured_tokens_per_s": self.measured_tokens_per_s,
             "model_tokens_per_s": self.model_tokens_per_s,
             "worst_phase": self.worst_phase, "split": self.split(),
+            "error_terms": self.error_terms(), "compute_moved": self.compute_moved,
+            "compute_spread": self.compute_spread, "host_changed": self.host_changed,
+            "error_without_compute": self.error_without_compute,
+            "host_notice": self.host_notice(),
             "prediction": self.prediction.as_dict(),
         }
 
@@ -446,6 +524,8 @@ def compare(prediction: Prediction, measured_steps: list[dict], *,
         steps=len(chosen), first_step=chosen[0]["step"], last_step=chosen[-1]["step"],
         measured_tokens_per_s=stats.tokens_per_s(chosen) or math.nan,
         measured_phases=phases, interleave=interleave,
+        measured_compute_iqr=stats.quartiles(
+            [float((s.get("phases") or {}).get("fwd_bwd", 0.0)) for s in chosen]),
     )
 
 

@@ -1,0 +1,62 @@
+"""The error split into its terms, and the notice that the host changed between the passes."""
+
+from __future__ import annotations
+
+import pytest
+from synthetic_logs import KNOWN, make_pass
+
+from daemon import stepmodel
+from daemon.stepmodel import HOST_MOVED
+
+
+def compared(measured_terms: dict, *, compute_spread: float | None = None):
+    """The model from a steady baseline against a main pass measured with other terms."""
+    terms = stepmodel.fit(make_pass())
+    measured = make_pass(measured_terms, label="main")
+    if compute_spread is not None:
+        # The main pass's fwd_bwd wanders by +-compute_spread from step to step.
+        for n, s in enumerate(measured):
+            f = 1 + compute_spread * (-1, -0.5, 0, 0.5, 1)[n % 5]
+            s["step_s"] += s["phases"]["fwd_bwd"] * (f - 1)
+            s["phases"]["fwd_bwd"] *= f
+    return stepmodel.compare(stepmodel.predict(terms, terms.baseline), measured)
+
+
+def test_the_terms_shares_add_up_to_the_error():
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.1, "upload": KNOWN["upload"] * 2})
+    shares = {r["phase"]: r["error"] for r in c.split()}
+    assert sum(shares.values()) == pytest.approx(c.error)
+    assert shares["fwd_bwd"] < 0 and shares["upload"] < 0
+    # Largest share first: here the host optimizer dominates the step, so the doubled
+    # uploads (2 x 0.22 s) weigh more than 10 % of fwd_bwd (0.08 s).
+    assert c.error_terms().startswith("upload -2.9 %, fwd_bwd -1.0 %")
+
+
+def test_compute_that_moved_beyond_the_spread_says_the_host_changed_and_gives_the_rest_apart():
+    # The host got 10 % slower at the same device work; uploads also 2x slower (a model miss).
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.1, "upload": KNOWN["upload"] * 2})
+
+    assert c.compute_moved == pytest.approx(0.10)
+    assert c.host_changed
+    # The rest of the model: only the upload miss is left.
+    upload_share = next(r["error"] for r in c.split() if r["phase"] == "upload")
+    assert c.error_without_compute == pytest.approx(upload_share)
+    notice = c.host_notice()
+    assert notice.startswith("the host changed between the passes")
+    assert "+10.0 %" in notice and f"{c.error_without_compute * 100:+.1f} %" in notice
+    d = c.as_dict()
+    assert d["host_changed"] is True and d["host_notice"] == notice
+
+
+def test_a_steady_host_gives_no_notice():
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * (1 + HOST_MOVED / 2)})
+    assert not c.host_changed and c.host_notice() is None
+    assert c.as_dict()["host_notice"] is None
+
+
+def test_a_move_inside_the_passes_own_spread_is_not_called_a_host_change():
+    # 5 % slower, but the main pass's own fwd_bwd spreads +-20 % from step to step.
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.05}, compute_spread=0.2)
+    assert c.compute_moved == pytest.approx(0.05, abs=0.01)
+    assert c.compute_spread > 0.05
+    assert not c.host_changed
