@@ -45,8 +45,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from daemon.home import Home  # noqa: E402
-from daemon.stepmodel import blocks  # noqa: E402
+from daemon.home import Home
+from daemon.stepmodel import blocks
 
 RNGDCTL = [sys.executable, "-m", "rngdctl"]
 #: model -> decoder layers (trainer/models.py NAMED).
@@ -167,8 +167,8 @@ def pct(x: float | None) -> str:
 
 
 def table(rows: list[list[Sample]]) -> list[str]:
-    out = ["| model | cards | resident | interleave | hog | median abs error | worst abs error "
-           "| errors | host changed | error without compute | wall per run | target |",
+    out = [("| model | cards | resident | interleave | hog | median abs error | worst abs error "
+           "| errors | host changed | error without compute | wall per run | target |"),
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for samples in rows:
         s0 = samples[0]
@@ -216,13 +216,12 @@ def main() -> int:
                     samples = [one_sample(args, model, cards, resident, interleave, args.hog)
                                for _ in range(args.samples)]
                     rows.append(samples)
-                    word, ok = verdict(samples)
+                    _word, ok = verdict(samples)
                     all_ok &= ok
                     print(table([samples])[-1], file=sys.stderr, flush=True)
                     if args.json:
                         with open(args.json, "a", encoding="utf-8") as f:
-                            for s in samples:
-                                f.write(json.dumps(asdict(s)) + "\n")
+                            f.writelines(json.dumps(asdict(s)) + "\n" for s in samples)
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
                "unknown cpu")
