@@ -43,6 +43,7 @@ class DaemonConfig:
     tick: float = 5.0  # seconds between ticks
     cancel_grace: float = 10.0  # seconds between SIGTERM and SIGKILL
     sample_every: float = 5.0  # seconds between host-load samples during a run
+    follow_failures: int = 5  # a run whose follow fails this many ticks in a row is failed
 
 
 @dataclass
@@ -128,6 +129,7 @@ consecutive = 1         # gates must pass on this many ticks in a row (k8s: at l
 launcher = "local"      # local | k8s
 tick = 5.0              # seconds between ticks
 cancel_grace = 10.0     # seconds between SIGTERM and SIGKILL on cancel
+follow_failures = 5     # a run whose follow/ingest fails this many ticks in a row fails
 
 [k8s]
 namespace = "default"

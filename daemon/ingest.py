@@ -2,14 +2,26 @@
 
 The same line fed twice stores its step once (the store ignores a step it
 has); events from the trainer are stored once by their time and text.
+
+No line can stop ingest: ``records.parse_line`` turns anything into a record,
+a log line or a ``Malformed`` one, and a record the store still refuses is
+counted as malformed too. Only a store that cannot be written at all (locked,
+disk full: ``sqlite3.OperationalError``) raises, so the caller keeps its offset
+and reads the same lines again next tick.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 
 from daemon.store import Store
 from trainer import records
+
+#: What a record the parser accepted may still raise in the store: a bug in
+#: the contract's checks, never a reason to stop reading the run.
+LINE_ERRORS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError,
+               sqlite3.DataError, ValueError, TypeError, OverflowError, RecursionError)
 
 
 @dataclass
@@ -28,38 +40,66 @@ class Ingest:
 
     def feed(self, run_id: int, lines: list[str]) -> Fed:
         fed = Fed()
-        steps: list[records.Step] = []
+        steps: list[tuple[records.Step, str]] = []
         for line in lines:
             parsed = records.parse_line(line)
             if isinstance(parsed, records.Step):
-                steps.append(parsed)
-                if not parsed.loss_is_finite:
-                    self.store.add_event_once(
-                        run_id, "nonfinite_loss",
-                        f"{parsed.config_label} step {parsed.step}: loss is {parsed.loss}",
-                        when=parsed.time)
-            elif isinstance(parsed, records.Start):
-                self._start(run_id, parsed)
-            elif isinstance(parsed, records.Event):
-                self.store.add_event_once(run_id, parsed.event, parsed.message,
-                                          data=parsed.data or None, when=parsed.time)
-            elif isinstance(parsed, records.End):
-                fed.end = parsed
-                message = parsed.status + (f": {parsed.error}" if parsed.error else "")
-                data = {**parsed.data, "status": parsed.status, "error": parsed.error}
-                self.store.add_event_once(run_id, "end", message, data=data, when=parsed.time)
-            elif isinstance(parsed, records.Malformed):
-                fed.malformed += 1
-                self.store.add_event_once(run_id, "malformed", f"{parsed.reason}: "
-                                          f"{parsed.text[:200]}", when=None)
-            else:
-                fed.log_lines.append(parsed.text)
+                steps.append((parsed, line))
+            try:
+                self._record(run_id, parsed, fed)
+            except LINE_ERRORS as exc:
+                self._malformed(run_id, fed, records.Malformed(
+                    getattr(parsed, "text", line), f"the store refused it: {exc!r}"))
         # Steps go in after the pass they belong to is known, in one transaction.
-        fed.new_steps = self.store.add_steps(run_id, steps)
+        fed.new_steps = self._steps(run_id, steps, fed)
         if fed.malformed:
             self.store.count_malformed(run_id, fed.malformed)
         return fed
 
-    def _start(self, run_id: int, start: records.Start) -> None:
-        self.store.add_pass(run_id, start)
-        self.store.update_run(run_id, versions=start.versions, git=start.git, host=start.host)
+    def _record(self, run_id: int, parsed: records.Parsed, fed: Fed) -> None:
+        if isinstance(parsed, records.Step):
+            if not parsed.loss_is_finite:
+                self.store.add_event_once(
+                    run_id, "nonfinite_loss",
+                    f"{parsed.config_label} step {parsed.step}: loss is {parsed.loss}",
+                    when=parsed.time)
+        elif isinstance(parsed, records.Start):
+            self.store.add_pass(run_id, parsed)
+            self.store.update_run(run_id, versions=parsed.versions, git=parsed.git,
+                                  host=parsed.host)
+        elif isinstance(parsed, records.Event):
+            self.store.add_event_once(run_id, parsed.event, parsed.message,
+                                      data=parsed.data or None, when=parsed.time)
+        elif isinstance(parsed, records.End):
+            fed.end = parsed
+            message = parsed.status + (f": {parsed.error}" if parsed.error else "")
+            data = {**parsed.data, "status": parsed.status, "error": parsed.error}
+            self.store.add_event_once(run_id, "end", message, data=data, when=parsed.time)
+        elif isinstance(parsed, records.Malformed):
+            self._malformed(run_id, fed, parsed)
+        else:
+            fed.log_lines.append(parsed.text)
+
+    def _malformed(self, run_id: int, fed: Fed, bad: records.Malformed) -> None:
+        fed.malformed += 1
+        try:
+            self.store.add_event_once(run_id, "malformed", f"{bad.reason}: {bad.text[:200]}",
+                                      when=None)
+        except LINE_ERRORS:  # the count above still says a line was refused
+            self.store.add_event_once(run_id, "malformed", "a line the store could not keep",
+                                      when=None)
+
+    def _steps(self, run_id: int, steps: list[tuple[records.Step, str]], fed: Fed) -> int:
+        try:
+            return self.store.add_steps(run_id, [s for s, _ in steps])
+        except LINE_ERRORS:
+            pass
+        # One step the store refuses must not cost the batch its other steps.
+        new = 0
+        for step, line in steps:
+            try:
+                new += self.store.add_steps(run_id, [step])
+            except LINE_ERRORS as exc:
+                self._malformed(run_id, fed, records.Malformed(
+                    line, f"the store refused it: {exc!r}"))
+        return new

@@ -21,7 +21,7 @@ from daemon.errors import DaemonAlreadyRunning, LaunchError
 from daemon.home import Config, Home
 from daemon.launchers.base import REQUEUE, Launcher, Outcome
 from daemon.probes import HostReading, read_host
-from daemon.store import FINISHED, Store
+from daemon.store import FAILED, FINISHED, Store
 
 log = logging.getLogger("rngdctl.daemon")
 
@@ -79,6 +79,7 @@ class Daemon:
         self._passes_in_row = 0
         self._head_id: int | None = None
         self._cancelling: set[int] = set()
+        self._follow_failures: dict[int, int] = {}
 
     # === lifecycle ===========================================================
 
@@ -91,7 +92,14 @@ class Daemon:
                              f"{self.launcher.name})", now=self.clock())
         self.launcher.startup()
         for run in self.store.active_runs():
-            outcome = self.launcher.recover(run)
+            try:
+                outcome = self.launcher.recover(run)
+            except Exception as exc:  # the run stays active: follow() retries, K times
+                log.exception("recovering run %s failed", run["id"])
+                self.store.add_event(run["id"], "follow_failed",
+                                     f"recovering the run after a restart failed: {exc!r}",
+                                     now=self.clock())
+                continue
             if outcome is not None:
                 self._record(run, outcome)
 
@@ -148,7 +156,7 @@ class Daemon:
 
         # 2. Follow what runs; it may finish now.
         for run in active:
-            outcome = self._follow(run)
+            outcome = self._follow_guarded(run, now)
             if outcome is not None:
                 self._record(run, outcome, now=now)
                 result.finished = (run["id"], outcome.status)
@@ -184,6 +192,26 @@ class Daemon:
             self.launcher.cancel(run)
         return self.launcher.follow(run)
 
+    def _follow_guarded(self, run: dict, now: float) -> Outcome | None:
+        """Follow one run; K failures in a row fail it, so it cannot hold the queue."""
+        run_id, limit = run["id"], max(1, self.config.daemon.follow_failures)
+        try:
+            outcome = self._follow(run)
+        except Exception as exc:
+            failures = self._follow_failures.get(run_id, 0) + 1
+            self._follow_failures[run_id] = failures
+            log.exception("following run %s failed (%d of %d)", run_id, failures, limit)
+            self.store.add_event(run_id, "follow_failed", f"following the run failed "
+                                 f"({failures} of {limit} in a row): {exc!r}", now=now)
+            if failures < limit:
+                return None
+            # The trainer must not outlive the run: the next one would share its cards.
+            self.launcher.abandon(run)
+            return Outcome(FAILED, f"following the run failed {limit} ticks in a row; the "
+                                   f"last error: {exc!r}")
+        self._follow_failures.pop(run_id, None)
+        return outcome
+
     def _gate(self, head: dict, host: HostReading, now: float) -> bool:
         if head["id"] != self._head_id:
             self._head_id, self._passes_in_row = head["id"], 0
@@ -199,6 +227,7 @@ class Daemon:
 
     def _record(self, run: dict, outcome: Outcome, now: float | None = None) -> None:
         self._cancelling.discard(run["id"])
+        self._follow_failures.pop(run["id"], None)
         if outcome.status == REQUEUE:
             self.store.requeue(run["id"])
             self.store.add_event(run["id"], "requeue", outcome.reason or "requeued", now=now)

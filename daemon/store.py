@@ -400,9 +400,12 @@ class Store:
             return 0
         before = self.conn.total_changes
         with self._transaction():
+            # Only a step already stored is skipped: OR IGNORE would also skip a
+            # NULL in a NOT NULL column without a word, and lose the step.
             self.conn.executemany(
-                "INSERT OR IGNORE INTO steps (run_id, config_label, step, loss, loss_flag, step_s,"
-                " tokens, lr, phases, memory, extra, time) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO steps (run_id, config_label, step, loss, loss_flag, step_s,"
+                " tokens, lr, phases, memory, extra, time) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+                " ON CONFLICT (run_id, config_label, step) DO NOTHING",
                 rows,
             )
         return self.conn.total_changes - before
@@ -475,9 +478,11 @@ class Store:
 
     def add_event(self, run_id: int | None, kind: str, message: str, *,
                   data: dict | None = None, now: float | None = None) -> None:
+        # A NaN time would reach the NOT NULL column as NULL and fail the insert.
+        when = now if now is not None and math.isfinite(now) else time.time()
         self.conn.execute(
             "INSERT INTO events (time, run_id, kind, message, data) VALUES (?,?,?,?,?)",
-            (time.time() if now is None else now, run_id, kind, message, _json(data)),
+            (when, run_id, kind, message, _json(data)),
         )
 
     def add_event_once(self, run_id: int | None, kind: str, message: str, *,

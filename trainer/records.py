@@ -14,13 +14,17 @@ Kinds:
 
 Parsing never raises: a line that is not JSON, or JSON without ``kind``, is a
 log line; JSON with a known ``kind`` but the wrong shape is a ``Malformed``
-record, which the daemon counts and keeps as an event.
+record, which the daemon counts and keeps as an event. A record that parses is
+safe to store as it is: integers fit SQLite's 64 bits, ``time``, ``step_s``
+and ``lr`` are finite, no string holds a lone surrogate, and no value nests
+deeper than ``MAX_DEPTH``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -216,6 +220,16 @@ class RecordWriter:
 
 # === Parsing (daemon side) ===================================================
 
+#: The deepest nesting of objects and lists a record may hold. Real records
+#: nest 3 levels; the limit keeps every later reader (json.dumps in the store,
+#: repr in a message) far from Python's recursion limit.
+MAX_DEPTH = 32
+
+#: SQLite stores signed 64-bit integers; a larger one cannot be bound.
+INT64_MAX = 2**63 - 1
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 _STEP_FIELDS = {"step": int, "loss": float, "step_s": float, "tokens": int, "lr": float}
 _CORE_STEP_KEYS = {"kind", "v", "config_label", "step", "loss", "step_s", "tokens", "lr",
                    "phases", "memory", "time"}
@@ -231,12 +245,45 @@ def _as_float(value: Any) -> float:
     return float(value)
 
 
+def _as_finite(value: Any, name: str) -> float:
+    x = _as_float(value)
+    if not math.isfinite(x):
+        raise ValueError(f"{name} is {x}, not a finite number")
+    return x
+
+
 def _as_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{value!r} is not an integer")
     if isinstance(value, float) and not value.is_integer():
         raise ValueError(f"{value!r} is not an integer")
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(f"{value!r} does not fit in 64 bits")
     return int(value)
+
+
+def _clean(value: Any, depth: int = 0) -> Any:
+    """``value`` with lone surrogates replaced by U+FFFD; ValueError past MAX_DEPTH.
+
+    JSON's ``\\ud800`` escape decodes to a string UTF-8 cannot encode, which
+    SQLite (and every file write) would refuse.
+    """
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value) if not value.isascii() else value
+    if isinstance(value, (dict, list)):
+        if depth >= MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, list):
+            return [_clean(v, depth + 1) for v in value]
+        return {_clean(k, depth + 1): _clean(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+def _opt_str(obj: dict, key: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{key} is not a string")
+    return value
 
 
 def _phases(value: Any) -> dict:
@@ -248,7 +295,9 @@ def _phases(value: Any) -> dict:
 
 
 def _label(obj: dict, default: str | None = MAIN) -> str | None:
-    label = obj.get("config_label", obj.get("config", default))
+    label = obj.get("config_label")
+    if label is None and isinstance(obj.get("config"), str):
+        label = obj["config"]  # records of schema 1's first drafts named the pass "config"
     if label is None:
         return default
     if not isinstance(label, str):
@@ -258,25 +307,33 @@ def _label(obj: dict, default: str | None = MAIN) -> str | None:
 
 def _time(obj: dict) -> float | None:
     t = obj.get("time")
-    return None if t is None else _as_float(t)
+    return None if t is None else _as_finite(t, "time")
 
 
 def parse_line(line: str) -> Parsed:
     """Parse one line (without its newline). Never raises."""
-    text = line.rstrip("\r\n")
+    text = _clean(line.rstrip("\r\n"))
     stripped = text.strip()
     if not stripped.startswith("{"):
         return LogLine(text)
     try:
         obj = json.loads(stripped)
+    except RecursionError:
+        return Malformed(text, "JSON nested too deep to read")
     except ValueError:
         return LogLine(text)
     if not isinstance(obj, dict) or "kind" not in obj:
         return LogLine(text)
     try:
-        return _from_dict(obj)
-    except (ValueError, TypeError, KeyError) as exc:
-        return Malformed(text, f"{obj.get('kind')!s} record: {exc}")
+        return _from_dict(_clean(obj))
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        return Malformed(text, _reason(obj, exc))
+
+
+def _reason(obj: dict, exc: Exception) -> str:
+    kind = obj.get("kind")
+    kind = kind if isinstance(kind, str) else type(kind).__name__
+    return _clean(f"{kind[:40]} record: {exc}"[:300])
 
 
 def _from_dict(obj: dict) -> Parsed:
@@ -296,8 +353,8 @@ def _from_dict(obj: dict) -> Parsed:
             config=config,
             run_id=None if obj.get("run_id") is None else str(obj["run_id"]),
             versions=versions,
-            git=obj.get("git"),
-            host=obj.get("host"),
+            git=_opt_str(obj, "git"),
+            host=_opt_str(obj, "host"),
             time=_time(obj),
         )
     if kind == "step":
@@ -307,6 +364,9 @@ def _from_dict(obj: dict) -> Parsed:
         step = _as_int(obj["step"])
         if step < 1:
             raise ValueError(f"step {step} < 1")
+        tokens = _as_int(obj["tokens"])
+        if tokens < 0:
+            raise ValueError(f"tokens {tokens} < 0")
         memory = obj.get("memory") or {}
         if not isinstance(memory, dict):
             raise ValueError("memory is not an object")
@@ -314,9 +374,9 @@ def _from_dict(obj: dict) -> Parsed:
             config_label=_label(obj),
             step=step,
             loss=_as_float(obj["loss"]),
-            step_s=_as_float(obj["step_s"]),
-            tokens=_as_int(obj["tokens"]),
-            lr=_as_float(obj["lr"]),
+            step_s=_as_finite(obj["step_s"], "step_s"),
+            tokens=tokens,
+            lr=_as_finite(obj["lr"], "lr"),
             phases=_phases(obj.get("phases")),
             memory=memory,
             time=_time(obj),

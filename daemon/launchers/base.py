@@ -44,6 +44,9 @@ class Launcher(Protocol):
     def cancel(self, run: dict) -> None:
         """Begin stopping the run; ``follow`` reports the ``cancelled`` outcome."""
 
+    def abandon(self, run: dict) -> None:
+        """Stop the run's trainer now and for good: the daemon gave up following it."""
+
     def recover(self, run: dict) -> Outcome | None:
         """At daemon start, for a run the store says is active: adopt it (None) or end it."""
 

@@ -257,6 +257,10 @@ class K8sLauncher:
             self.store.add_event(run["id"], "cancel", f"deleting Job {run['job_name']} failed "
                                  f"({exc}); retrying next tick", now=self.clock())
 
+    def abandon(self, run: dict) -> None:
+        """The daemon gave up on the run: delete its Job now, as a cancel does."""
+        self.cancel(run)
+
     def recover(self, run: dict) -> Outcome | None:
         """After a restart: adopt the run's Job if it is still there, else end the run."""
         self._run_id = run["id"]

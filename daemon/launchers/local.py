@@ -198,6 +198,20 @@ class LocalLauncher:
         self._signal(run, signal.SIGTERM)
         self.store.add_event(run["id"], "cancel", f"SIGTERM sent to process group {run['pid']}")
 
+    def abandon(self, run: dict) -> None:
+        """The daemon gave up on the run: SIGKILL its process group, forget it."""
+        if run.get("pid"):
+            self._signal(run, signal.SIGKILL)
+            self.store.add_event(run["id"], "abandon", f"SIGKILL sent to process group "
+                                 f"{run['pid']}: the daemon cannot follow the run")
+        child = self._children.pop(run["id"], None)
+        self._processes.pop(run["id"], None)
+        if child is not None:
+            try:
+                child.wait(timeout=5)  # reap it, so no zombie counts as a device holder
+            except subprocess.TimeoutExpired:
+                pass
+
     def _escalate_cancel(self, run: dict) -> None:
         sent = self._cancel_sent.get(run["id"])
         overdue = sent is not None and self.clock() - sent > self.config.daemon.cancel_grace

@@ -53,3 +53,77 @@ def test_the_end_record_is_returned_and_kept(store):
     fed = Ingest(store).feed(run, lines(records.End("oom", "layer 3 upload", time=9.0)))
     assert fed.end.status == "oom"
     assert store.events(run_id=run, kinds=["end"])[0]["data"]["status"] == "oom"
+
+
+# === hostile lines through the store: before the contract checked them, each one
+# raised in feed(), the offset never moved and the queue stopped for good ===
+
+HOSTILE = [
+    '{"kind":"step","step":9223372036854775808,"loss":1,"step_s":1,"tokens":1,"lr":1}',
+    '{"kind":"step","step":1,"loss":1,"step_s":1,"tokens":18446744073709551616,"lr":1}',
+    '{"kind":"step","step":1e300,"loss":1,"step_s":1,"tokens":1,"lr":1}',
+    '{"kind":"event","event":"x","message":"m","time":"nan"}',
+    '{"kind":"end","status":"error","error":"e","time":"nan"}',
+    '{"kind":"step","step":7,"loss":"nan","step_s":1,"tokens":1,"lr":1,"time":"nan"}',
+    '{"kind":"step","step":8,"loss":1,"step_s":"nan","tokens":1,"lr":1}',
+    '{"kind":"start","config":{}, "git": {"a": 1}}',
+    '{"kind":"event","event":"e","data":' + "[" * 1000 + "]" * 1000 + "}",
+]
+SURROGATES = [
+    '{"kind":"event","event":"e","message":"\\ud800"}',
+    '{"kind":"event","event":"e","message":"ok","data":{"\\udc00":1}}',
+    '{"kind":"step","config_label":"\\ud800","step":1,"loss":1,"step_s":1,"tokens":1,"lr":1}',
+]
+
+
+def test_every_hostile_line_is_counted_malformed_and_the_steps_around_it_are_stored(store):
+    run = store.add_run({"cards": 1})
+    for i, bad in enumerate(HOSTILE):
+        fed = Ingest(store).feed(run, lines(step(2 * i + 1)) + [bad] + lines(step(2 * i + 2)))
+        assert (fed.new_steps, fed.malformed) == (2, 1), bad
+    assert [s["step"] for s in store.steps(run)] == list(range(1, 2 * len(HOSTILE) + 1))
+    assert store.run(run)["malformed"] == len(HOSTILE)
+
+
+def test_lone_surrogates_are_stored_as_replacement_characters(store):
+    run = store.add_run({"cards": 1})
+    fed = Ingest(store).feed(run, SURROGATES)
+    assert (fed.new_steps, fed.malformed) == (1, 0)
+    assert [s["config_label"] for s in store.steps(run, None)] == ["\ufffd"]
+    assert [e["message"] for e in store.events(run_id=run)] == ["\ufffd", "ok"]
+
+
+def test_a_start_record_without_config_label_opens_the_main_pass(store):
+    run = store.add_run({"cards": 1})
+    fed = Ingest(store).feed(run, ['{"kind":"start","config":{"cards":1}}'])
+    assert fed.malformed == 0
+    assert [p["config_label"] for p in store.passes(run)] == ["main"]
+
+
+def test_the_store_refuses_a_step_it_cannot_keep_instead_of_dropping_it(store):
+    import sqlite3
+
+    import pytest
+
+    run = store.add_run({"cards": 1})
+    unkeepable = records.Step("main", 1, 1.0, float("nan"), 1, 1e-3)  # step_s NOT NULL
+    with pytest.raises(sqlite3.IntegrityError):
+        store.add_steps(run, [unkeepable])
+    assert store.add_steps(run, [step(1)]) == 1
+    assert store.add_steps(run, [step(1)]) == 0  # a step it has is still skipped quietly
+
+
+def test_a_local_run_whose_log_holds_hostile_lines_is_read_to_the_end(home, store):
+    from daemon.launchers.local import LocalLauncher
+
+    run = store.add_run({"cards": 1})
+    log = home.run_dir(run) / "output.log"
+    body = lines(START, step(1)) + HOSTILE + SURROGATES + lines(step(2))
+    log.write_text("\n".join(body) + "\n", encoding="utf-8", errors="surrogatepass")
+    store.update_run(run, status="running", log_path=str(log))
+    launcher = LocalLauncher(home=home, store=store, config=home.config(), ingest=Ingest(store))
+    outcome = launcher.follow(store.run(run))
+    assert store.run(run)["log_offset"] == log.stat().st_size
+    assert [s["step"] for s in store.steps(run)] == [1, 2]
+    assert store.run(run)["malformed"] == len(HOSTILE)
+    assert outcome.status == "failed"  # no trainer and no end record: said, not hidden

@@ -73,3 +73,62 @@ def test_the_splitter_counts_bytes_not_characters():
     splitter = records.LineSplitter()
     splitter.feed("리뷰 감성\n".encode())
     assert splitter.offset == len("리뷰 감성\n".encode())
+
+
+# === hostile lines: each one wedged the daemon before the contract checked it ===
+
+def _step_json(**fields):
+    base = {"kind": "step", "step": 1, "loss": 2.0, "step_s": 0.5, "tokens": 128, "lr": 1e-3}
+    return json.dumps({**base, **fields})
+
+
+def test_integers_past_64_bits_in_step_or_tokens_are_malformed_not_an_overflow():
+    for fields in ({"step": 2**63}, {"tokens": 2**64}, {"step": 1e300}, {"tokens": -2**63 - 1}):
+        parsed = records.parse_line(_step_json(**fields))
+        assert isinstance(parsed, records.Malformed), fields
+        assert "64 bits" in parsed.reason
+    assert records.parse_line(_step_json(step=2**63 - 1)).step == 2**63 - 1
+
+
+def test_a_nan_time_makes_an_event_an_end_or_a_nan_loss_step_malformed():
+    lines = ['{"kind": "event", "event": "x", "message": "m", "time": "nan"}',
+             '{"kind": "end", "status": "ok", "time": "nan"}',
+             _step_json(loss="nan", time="nan"),
+             _step_json(time="inf")]
+    for line in lines:
+        parsed = records.parse_line(line)
+        assert isinstance(parsed, records.Malformed) and "time is" in parsed.reason, line
+
+
+def test_a_nan_step_s_or_lr_is_malformed_so_the_step_is_counted_not_dropped():
+    for fields in ({"step_s": "nan"}, {"step_s": "inf"}, {"lr": "nan"}):
+        parsed = records.parse_line(_step_json(**fields))
+        assert isinstance(parsed, records.Malformed), fields
+
+
+def test_lone_surrogates_in_a_message_a_key_or_a_label_become_replacement_characters():
+    event = records.parse_line('{"kind": "event", "event": "e", "message": "a\\ud800b",'
+                               ' "data": {"\\udfff": 1}}')
+    step = records.parse_line(_step_json(config_label="X").replace('"X"', '"\\ud800"'))
+    assert event.message == "a\ufffdb" and event.data == {"\ufffd": 1}
+    assert step.config_label == "\ufffd"
+    for text in (event.message, *event.data, step.config_label):
+        text.encode("utf-8")  # what SQLite does with every string
+
+
+def test_json_nested_a_thousand_levels_deep_is_malformed_not_a_recursion_error():
+    deep = '{"kind": "event", "data": ' + "[" * 1000 + "]" * 1000 + "}"
+    assert isinstance(records.parse_line(deep), records.Malformed)
+    moderately = '{"kind": "event", "data": {"x": ' + "[" * 100 + "]" * 100 + "}}"
+    parsed = records.parse_line(moderately)
+    assert isinstance(parsed, records.Malformed) and "deeper than" in parsed.reason
+
+
+def test_a_start_record_without_config_label_is_the_main_pass():
+    parsed = records.parse_line('{"kind": "start", "config": {"cards": 1}}')
+    assert parsed == records.Start(records.MAIN, {"cards": 1})
+
+
+def test_a_start_whose_git_or_host_is_not_a_string_is_malformed():
+    parsed = records.parse_line('{"kind": "start", "config": {}, "git": {"sha": 1}}')
+    assert isinstance(parsed, records.Malformed) and "git" in parsed.reason

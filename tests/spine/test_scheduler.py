@@ -16,9 +16,11 @@ class ScriptedLauncher:
     name = "scripted"
 
     def __init__(self):
-        self.launched, self.cancelled = [], []
+        self.launched, self.cancelled, self.abandoned = [], [], []
         self.outcomes = {}
         self.fail_launch = False
+        self.follow_error: Exception | None = None
+        self.recover_error: Exception | None = None
 
     def cluster_reading(self, run):
         return ClusterReading()
@@ -32,6 +34,8 @@ class ScriptedLauncher:
         self.launched.append(run["id"])
 
     def follow(self, run):
+        if self.follow_error is not None:
+            raise self.follow_error
         return self.outcomes.pop(run["id"], None)
 
     def cancel(self, run):
@@ -39,7 +43,12 @@ class ScriptedLauncher:
         self.outcomes[run["id"]] = Outcome("cancelled", "cancelled by request")
 
     def recover(self, run):
+        if self.recover_error is not None:
+            raise self.recover_error
         return Outcome(REQUEUE, "lost")
+
+    def abandon(self, run):
+        self.abandoned.append(run["id"])
 
     def startup(self):
         pass
@@ -159,3 +168,70 @@ def test_a_tick_that_fails_is_stored_as_an_event_and_the_loop_goes_on(home, stor
     assert len(ticks) == 2
     assert "proc unreadable" in store.events(kinds=["error"])[0]["message"]
     assert store.daemon_state()["stop_reason"].startswith("idle")
+
+
+# === one run can never hold the queue hostage ===
+
+
+def test_a_run_whose_follow_fails_k_ticks_in_a_row_is_failed_and_the_next_run_launches(
+        daemon, store):
+    assert daemon.config.daemon.follow_failures == 5  # the default
+    a, b = store.add_run(CONFIG), store.add_run(CONFIG)
+    daemon.tick(now=1.0)
+    daemon.launcher.follow_error = OverflowError("Python int too large to convert")
+    for t in range(2, 6):
+        assert daemon.tick(now=float(t)).launched is None
+        assert store.run(a)["status"] == "launching"
+    result = daemon.tick(now=6.0)
+    assert (result.finished, result.launched) == ((a, "failed"), b)  # the queue moves on
+    assert daemon.launcher.abandoned == [a]
+    assert "5 ticks in a row" in store.run(a)["exit_reason"]
+    assert "OverflowError" in store.run(a)["exit_reason"]
+    assert len(store.events(run_id=a, kinds=["follow_failed"])) == 5
+
+
+def test_a_follow_that_recovers_before_k_failures_starts_the_count_again(daemon, store):
+    run = store.add_run(CONFIG)
+    daemon.tick(now=1.0)
+    for t in range(2, 30):
+        # four failures, one success, and so on: never five in a row
+        daemon.launcher.follow_error = None if t % 5 == 0 else ValueError("flaky")
+        daemon.tick(now=float(t))
+    assert store.run(run)["status"] == "launching"
+    assert daemon.launcher.abandoned == []
+
+
+def test_k_comes_from_config_toml(home, store):
+    home.config_path.write_text("[daemon]\nfollow_failures = 2\n")
+    config = home.config()
+    launcher = ScriptedLauncher()
+    d = Daemon(home, store, config, launcher,
+               probe=lambda: HostReading(0.0, (1.0, 1.0, 1.0), (), True))
+    d.start()
+    try:
+        run = store.add_run(CONFIG)
+        d.tick(now=1.0)
+        launcher.follow_error = RuntimeError("no")
+        d.tick(now=2.0)
+        assert d.tick(now=3.0).finished == (run, "failed")
+    finally:
+        d.close()
+
+
+def test_a_restart_whose_recovery_raises_starts_and_the_run_is_failed_after_k_ticks(
+        home, store):
+    run = store.add_run(CONFIG)
+    store.update_run(run, status=RUNNING)
+    launcher = ScriptedLauncher()
+    launcher.recover_error = launcher.follow_error = UnicodeEncodeError(
+        "utf-8", "\ud800", 0, 1, "surrogates not allowed")
+    d = Daemon(home, store, home.config(), launcher,
+               probe=lambda: HostReading(0.0, (1.0, 1.0, 1.0), (), True))
+    d.start()  # a traceback here, before: the daemon could not start at all
+    try:
+        for t in range(1, 6):
+            d.tick(now=float(t))
+    finally:
+        d.close()
+    assert store.run(run)["status"] == "failed"
+    assert "surrogates not allowed" in store.run(run)["exit_reason"]
