@@ -235,7 +235,8 @@ class K8sLauncher:
         self.state.update_run(run["id"], before=sorted(h.pid for h in self._host().holders),
                               checked=None, end=None, waiting=None)
         precompile = bool(run["config"].get("precompile") or self.k8s.precompile)
-        stage = jobspec.COMPILE if precompile else jobspec.TRAIN
+        stage = jobspec.COMPILE if precompile and not self._compiled_already(run, node) \
+            else jobspec.TRAIN
         try:
             name = self._create_job(run, node, stage)
         except (K8sError, ConfigError) as exc:
@@ -350,6 +351,9 @@ class K8sLauncher:
         outcome = self._ended(run, job, view, stage)
         if outcome is not None:
             if stage == jobspec.COMPILE and outcome.status == DONE:
+                if view is not None and view.image_id:
+                    self.state.update_run(run_id, compiled={
+                        "job": name, "image": self._image(run), "digest": view.image_id})
                 return self._compiled(run, name)
             if stage == jobspec.COMPILE:
                 return Outcome(outcome.status, f"compile Job {name}: {outcome.reason}",
@@ -468,6 +472,27 @@ class K8sLauncher:
         if changes:
             self.store.update_run(run["id"], **changes)
             run.update(changes)
+        if view.node and view.image_id:  # the image is on the node as this digest
+            self.state.update_image(view.node, self._image(run), digest=view.image_id)
+
+    def _compiled_already(self, run: dict, node: str) -> bool:
+        """A compile Job of this run succeeded for the digest the image has on the node now.
+
+        A retry (after a failed pull, an eviction, a lost card race) then skips the
+        compile. The digest on the node is what a pod of ours last ran: the pre-pull
+        after a failed pull, else the compile or card pod. Unknown means compile again.
+        """
+        compiled = self.state.run(run["id"]).get("compiled")
+        image = self._image(run)
+        if not compiled or compiled.get("image") != image:
+            return False
+        digest = self.state.image(node, image).get("digest")
+        if digest is None or digest != compiled.get("digest"):
+            return False
+        self.store.add_event(run["id"], "compile", f"compile skipped: Job {compiled['job']} "
+                             f"compiled {image} as {digest}, the digest on {node} now",
+                             now=self.clock(), data=compiled)
+        return True
 
     def _read_log(self, run: dict, pod_name: str, stage: str, *, final: bool = False) -> None:
         """New log lines since the cursor: fed to ingest, appended to the run's saved log."""

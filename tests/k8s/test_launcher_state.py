@@ -221,3 +221,44 @@ def test_an_api_outage_across_a_restart_is_one_event_and_its_end_another(
     kinds = [e["kind"] for e in store.events(run_id=run_id)
              if e["kind"] in ("k8s_unavailable", "k8s_available")]
     assert kinds == ["k8s_unavailable", "k8s_available"]
+
+
+def _compile_then_pull_fails(cluster, daemon, store, run_id):
+    """Compile Job done (image as DIGEST), card Job's pull fails: the pre-pull pod's name."""
+    now = tick_until_launched(daemon, store, run_id, 1)
+    compile_job = store.run(run_id)["job_name"]
+    assert compile_job == f"rngd-{run_id}-a1-compile"
+    cluster.start_pod(compile_job, phase="Succeeded",
+                      state={"terminated": {"exitCode": 0, "reason": "Completed"}})
+    cluster.finish_job(compile_job, "Complete")
+    daemon.tick(now=now)  # the card Job is created
+    _pull_fails(cluster, store, run_id)
+    daemon.tick(now=now + 1)  # deleted, requeued; the pre-pull starts
+    [prepull] = [p for p in cluster.names("v1/pods") if p.startswith("rngd-prepull-")]
+    return prepull
+
+
+def test_a_retry_after_a_failed_pull_skips_the_compile_done_for_the_same_digest(
+        cluster, daemon, submit, store, restart):
+    run_id = submit(precompile=True)
+    prepull = _compile_then_pull_fails(cluster, daemon, store, run_id)
+    daemon = restart(daemon)
+    cluster.patch("v1/pods", prepull, {"status": _pulled(DIGEST)})
+    tick_until_launched(daemon, store, run_id, 100)
+
+    assert store.run(run_id)["job_name"] == f"rngd-{run_id}-a2"
+    stages = [e["data"]["stage"] for e in store.events(run_id=run_id, kinds=["launch"])]
+    assert stages == ["compile", "train", "train"]
+    skipped = store.events(run_id=run_id, kinds=["compile"])[-1]
+    assert skipped["message"].startswith(f"compile skipped: Job rngd-{run_id}-a1-compile "
+                                         f"compiled")
+
+
+def test_a_retry_compiles_again_when_the_image_on_the_node_has_another_digest(
+        cluster, daemon, submit, store):
+    run_id = submit(precompile=True)
+    prepull = _compile_then_pull_fails(cluster, daemon, store, run_id)
+    other = "registry.example/furiosa-llm@sha256:" + "cd" * 32  # the tag moved meanwhile
+    cluster.patch("v1/pods", prepull, {"status": _pulled(other)})
+    tick_until_launched(daemon, store, run_id, 100)
+    assert store.run(run_id)["job_name"] == f"rngd-{run_id}-a2-compile"
