@@ -17,7 +17,10 @@ PULL_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImage
 CONFIG_ERRORS = ("CreateContainerConfigError",)
 #: Pod status reasons of a pod that was put out rather than failing on its own.
 EVICTION_REASONS = ("Evicted", "NodeLost", "Shutdown", "NodeShutdown", "Terminated",
-                    "UnexpectedAdmissionError", "Preempting", "OutOfcpu", "OutOfmemory")
+                    "UnexpectedAdmissionError", "Preempting")
+#: The kubelet refused the pod at admission: status.reason is ``OutOf<resource>``
+#: (``OutOfcpu``, ``OutOfmemory``, ``OutOffuriosa.ai/rngd`` when the card race was lost).
+ADMISSION_REJECT_PREFIX = "OutOf"
 
 
 def _quantity(value) -> int:
@@ -169,6 +172,11 @@ def pod_view(pod: dict, container: str | None = None) -> PodView:
         disrupted=disrupted,
         deleting=bool(meta.get("deletionTimestamp")),
     )
+
+
+def admission_rejected(view: PodView) -> bool:
+    """The node refused the pod for want of some resource (any ``OutOf<resource>``)."""
+    return (view.reason or "").startswith(ADMISSION_REJECT_PREFIX)
 
 
 def newest(pods: list[dict]) -> dict | None:

@@ -375,6 +375,8 @@ class K8sLauncher:
             seconds = (job.get("spec") or {}).get("activeDeadlineSeconds")
             return Outcome(TIMEOUT, f"DeadlineExceeded: the Job ran past its {seconds} s "
                                     f"deadline" + self._tail_suffix(run_id, stage))
+        if view is not None and cluster.admission_rejected(view):
+            return self._rejected(run, job, view)
         put_out = view is not None and (view.reason in cluster.EVICTION_REASONS
                                         or view.disrupted or view.phase == "Unknown")
         if put_out and (view.phase in ("Failed", "Unknown") or view.deleting):
@@ -408,6 +410,25 @@ class K8sLauncher:
             self.store.add_event(run["id"], "evicted", reason, now=self.clock())
             return Outcome(REQUEUE, reason)
         return Outcome(FAILED, reason)
+
+    def _rejected(self, run: dict, job: dict, view: cluster.PodView) -> Outcome:
+        """The node refused the pod at admission (``OutOf<resource>``): requeue, N tries.
+
+        Whatever ``requeue_on_eviction`` says: the pod never ran, someone else won the
+        race for the resource between our gate check and the kubelet's admission.
+        """
+        reason = f"pod {view.name} was rejected by the node ({view.reason}): " \
+                 f"{view.message or 'not enough ' + view.reason[len('OutOf'):]}"
+        self._delete(job["metadata"]["name"], [view.name])
+        tries = self._tries(run)
+        self.store.add_event(run["id"], "admission_rejected",
+                             f"{reason} (try {tries} of {self.k8s.max_attempts})",
+                             now=self.clock(), data={"reason": view.reason,
+                                                     "message": view.message})
+        if tries >= self.k8s.max_attempts:
+            return Outcome(FAILED, f"the node rejected the pod on {tries} "
+                                   f"tr{'y' if tries == 1 else 'ies'}; last: {reason}")
+        return Outcome(REQUEUE, reason)
 
     def _pull_failed(self, run: dict, name: str, view: cluster.PodView) -> Outcome:
         """Delete the Job at once, keep the first message, requeue (or fail after N tries)."""
