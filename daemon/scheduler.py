@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from daemon import faults
 from daemon import gates as gates_mod
 from daemon.errors import DaemonAlreadyRunning, LaunchError
 from daemon.home import Config, Home
@@ -176,6 +177,7 @@ class Daemon:
 
         # 4. Launch it.
         if self.store.claim_for_launch(head["id"], launcher=self.launcher.name, now=now):
+            faults.point("after_claim")
             self._passes_in_row = 0
             run = self.store.run(head["id"])
             try:

@@ -29,6 +29,7 @@ import logging
 import time
 from pathlib import Path
 
+from daemon import faults
 from daemon.errors import ConfigError, LaunchError
 from daemon.gates import ClusterReading
 from daemon.home import Config, Home
@@ -242,8 +243,12 @@ class K8sLauncher:
         except (K8sError, ConfigError) as exc:
             raise LaunchError(f"cannot create Job {self.ns}/{jobspec.job_name(run, stage)}: "
                               f"{exc}") from None
+        # A daemon killed here left a Job the store does not name: recover() finds it by
+        # its run-id label and this attempt's name, and adopts it.
+        faults.point("after_spawn")
         self.store.update_run(run["id"], status="running", job_name=name, node=node,
                               log_since=None, log_offset=0)
+        faults.point("after_record")
 
     def cancel(self, run: dict) -> None:
         """Delete the Job (its pod goes with it); ``follow`` then reports ``cancelled``."""
@@ -268,7 +273,7 @@ class K8sLauncher:
         name = run.get("job_name")
         try:
             if not name:
-                name = self._find_job(run["id"])
+                name = self._find_job(run)
                 if name is None:
                     return Outcome(REQUEUE, "the daemon stopped before the run's Job was created")
                 self.store.update_run(run["id"], job_name=name, status="running")
@@ -757,10 +762,16 @@ class K8sLauncher:
         for pod in pod_names:
             self.client.delete_pod(self.ns, pod)
 
-    def _find_job(self, run_id: int) -> str | None:
+    def _find_job(self, run: dict) -> str | None:
+        """The Job this attempt of the run created, found by label (its name was not stored).
+
+        Only this attempt's names count: an earlier attempt's Job that outlived
+        its requeue is not the one the daemon was launching.
+        """
+        ours = {jobspec.job_name(run, stage) for stage in (jobspec.TRAIN, jobspec.COMPILE)}
         jobs = self.client.list_jobs(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER,
-                                               jobspec.RUN_LABEL: str(run_id)})
-        job = cluster.newest(jobs)
+                                               jobspec.RUN_LABEL: str(run["id"])})
+        job = cluster.newest([j for j in jobs if (j.get("metadata") or {}).get("name") in ours])
         return job["metadata"]["name"] if job else None
 
     def _end_suffix(self, run_id: int) -> str:

@@ -4,10 +4,20 @@ The child runs in its own process group with its output going straight to the
 run's log file, so it outlives a daemon that dies; a restarted daemon finds it
 again by pid and process start time and goes on reading the file from the
 offset the store kept.
+
+Never two trainers: before the child exists, the daemon takes an exclusive
+flock on ``runs/<id>/trainer.lock`` and hands that open file to the child,
+then closes its own copy. The lock is held from the fork on, before the
+trainer can write a line, for exactly as long as the trainer (or a process it
+forked) lives. A daemon that died before storing the pid finds the trainer
+from disk: lock held means a trainer lives (adopt the process that holds the
+file, or wait for it to show); lock free means none does, and none will.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import signal
 import subprocess
@@ -17,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from daemon import faults
 from daemon.errors import LaunchError
 from daemon.gates import ClusterReading
 from daemon.home import Config, Home
@@ -29,6 +40,7 @@ from trainer.records import LineSplitter
 
 OUTPUT_LOG = "output.log"  # the trainer's stdout and stderr: what ingest follows
 STEP_LOG = "steps.jsonl"  # the trainer's own copy of its records (--log)
+TRAINER_LOCK = "trainer.lock"  # flock-held by the run's trainer for as long as it lives
 READ_CHUNK = 4 << 20
 TAIL_LINES = 20
 
@@ -47,6 +59,61 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(plain[-lines:])
 
 
+# === the trainer's lock ======================================================
+
+
+def take_trainer_lock(path: Path) -> int:
+    """An fd holding the exclusive flock on ``path``; LaunchError if a trainer holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+            raise LaunchError(f"a trainer for this run still holds {path}") from None
+        raise LaunchError(f"cannot lock {path}: {exc.strerror}") from None
+    return fd
+
+
+def trainer_lock_held(path: Path) -> bool:
+    """Whether a live process holds ``path``'s flock (False when there is no file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases our lock, if we got it
+    return False
+
+
+def lock_holder(path: Path) -> psutil.Process | None:
+    """The process that holds ``path`` open and whose parent does not: the trainer.
+
+    Found by its open files (/proc/PID/fd), so it is found even between fork
+    and exec, before it has a command line of its own.
+    """
+    target = os.path.realpath(path)
+    holders: dict[int, psutil.Process] = {}
+    for process in psutil.process_iter():
+        try:
+            if any(f.path == target for f in process.open_files()):
+                holders[process.pid] = process
+        except psutil.Error:
+            continue
+    roots = []
+    for process in holders.values():
+        try:
+            if process.ppid() not in holders:
+                roots.append((process.create_time(), process))
+        except psutil.Error:
+            continue
+    return min(roots, key=lambda r: r[0])[1] if roots else None
+
+
 class LocalLauncher:
     name = "local"
 
@@ -63,6 +130,7 @@ class LocalLauncher:
         self._cancel_sent: dict[int, float] = {}
         self._killed: set[int] = set()
         self._timed_out: set[int] = set()
+        self._waiting: set[int] = set()  # claimed runs whose trainer holds its lock, unseen
 
     # --- gates ---------------------------------------------------------------
 
@@ -89,20 +157,32 @@ class LocalLauncher:
         output = run_dir / OUTPUT_LOG
         argv = trainer_argv(run, log_path=str(run_dir / STEP_LOG), python=self.python,
                             cache_dir=str(self.home.cache_dir))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {k: v for k, v in os.environ.items() if k != faults.ENV}
+        env["PYTHONUNBUFFERED"] = "1"
+        lock = take_trainer_lock(run_dir / TRAINER_LOCK)
+        child = None
         try:
             with open(output, "ab") as out:
+                # pass_fds: the child inherits the locked file before it exists as
+                # a trainer, so no instant has a trainer that the lock does not name.
                 child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                         env=env, close_fds=True)
+                                         env=env, close_fds=True, pass_fds=(lock,))
             process = psutil.Process(child.pid)
             started = process.create_time()
         except (OSError, psutil.Error) as exc:
+            if child is not None:  # it must not run on while the run is failed
+                child.kill()
+                child.wait()
             raise LaunchError(f"cannot start the trainer: {exc}") from None
+        finally:
+            os.close(lock)  # the child's copy holds the lock now
+        faults.point("after_spawn")
         self._children[run["id"]] = child
         self._processes[run["id"]] = process
         self.store.update_run(run["id"], status=RUNNING, pid=child.pid, pid_start=started,
                               log_path=str(output), log_offset=0)
+        faults.point("after_record")
         self.store.add_event(run["id"], "launch", f"local pid {child.pid}: {' '.join(argv[1:])}")
 
     # --- follow --------------------------------------------------------------
@@ -139,8 +219,14 @@ class LocalLauncher:
             return False
 
     def follow(self, run: dict) -> Outcome | None:
-        self._read_new(run)
         run_id = run["id"]
+        if not run.get("pid") and run_id not in self._children:
+            # Claimed, but no pid stored: a restarted daemon waits for the trainer
+            # that holds the run's lock, or learns that none ever will.
+            outcome = self._find_unrecorded(run)
+            if outcome is not None or not run.get("pid"):
+                return outcome
+        self._read_new(run)
         if self._alive(run):
             self._enforce_deadline(run)
             self._escalate_cancel(run)
@@ -235,8 +321,7 @@ class LocalLauncher:
 
     def recover(self, run: dict) -> Outcome | None:
         if not run.get("pid"):
-            # The daemon died between claiming the run and starting it.
-            return Outcome(REQUEUE, "the daemon stopped before the trainer started")
+            return self._find_unrecorded(run)
         try:
             process = psutil.Process(run["pid"])
             same = abs(process.create_time() - (run.get("pid_start") or 0)) < 0.01
@@ -247,6 +332,51 @@ class LocalLauncher:
             self.store.add_event(run["id"], "adopt", f"daemon restarted; adopted pid {run['pid']}"
                                  f" at log offset {run.get('log_offset') or 0}")
             return None
+        self._read_new(run)
+        return self._outcome(run, None)
+
+    def _find_unrecorded(self, run: dict) -> Outcome | None:
+        """The daemon died after claiming the run and before storing its trainer's pid.
+
+        Lock held: a trainer lives; adopt it (``run`` gets its pid) or, if its
+        holder cannot be seen yet, wait (None, no pid). Lock free: no trainer
+        lives or ever will; judge the run from its log, or requeue it when the
+        log is empty (no trainer ever wrote a line).
+        """
+        run_id, run_dir = run["id"], self.home.run_dir(run["id"])
+        output = run_dir / OUTPUT_LOG
+        if trainer_lock_held(run_dir / TRAINER_LOCK):
+            process = lock_holder(run_dir / TRAINER_LOCK)
+            if process is None:
+                if run_id not in self._waiting:
+                    self._waiting.add(run_id)
+                    self.store.add_event(run_id, "adopt", f"waiting for the trainer that holds "
+                                         f"{run_dir / TRAINER_LOCK} to show itself")
+                return None
+            try:
+                started = process.create_time()
+            except psutil.Error:
+                return None  # it just ended; the next tick finds the lock free
+            self._waiting.discard(run_id)
+            self._processes[run_id] = process
+            offset = run.get("log_offset") or 0
+            run.update(status=RUNNING, pid=process.pid, pid_start=started,
+                       log_path=str(output), log_offset=offset)
+            self.store.update_run(run_id, status=RUNNING, pid=process.pid, pid_start=started,
+                                  log_path=str(output), log_offset=offset)
+            self.store.add_event(run_id, "adopt", f"daemon restarted; adopted pid "
+                                 f"{process.pid}, found holding {TRAINER_LOCK} (its pid was "
+                                 f"never stored)")
+            return None
+        self._waiting.discard(run_id)
+        try:
+            empty = output.stat().st_size == 0
+        except FileNotFoundError:
+            empty = True
+        if empty:
+            return Outcome(REQUEUE, "the daemon stopped before the trainer started")
+        run["log_path"] = str(output)
+        self.store.update_run(run_id, log_path=str(output))
         self._read_new(run)
         return self._outcome(run, None)
 
