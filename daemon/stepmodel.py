@@ -474,10 +474,12 @@ class Comparison:
         """One plain sentence when the host changed between the passes, else None."""
         if not self.host_changed:
             return None
+        moved = self.compute_moved
         return (f"the host changed between the passes: the same device compute (fwd_bwd) took "
-                f"{self.compute_moved * 100:+.1f} % in the asked config against the baseline "
-                f"(more than the passes' own spread, {self.compute_spread * 100:.1f} %); the "
-                f"rest of the model is off by {self.error_without_compute * 100:+.1f} %")
+                f"{abs(moved) * 100:.1f} % {'longer' if moved > 0 else 'less time'} in the asked "
+                f"config than in the baseline (more than the passes' own spread, "
+                f"{self.compute_spread * 100:.1f} %); the rest of the model is off by "
+                f"{self.error_without_compute * 100:+.1f} %")
 
     def as_dict(self) -> dict:
         return {

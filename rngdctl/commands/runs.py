@@ -164,6 +164,25 @@ def run_details(store, run_ref) -> dict:
     }
 
 
+def model_lines(model: dict) -> list[str]:
+    """The step model against the run: the error, then each phase measured against predicted."""
+    lines = [(f"  step model (from the baseline pass): model {secs(model['model_s'])}, "
+             f"measured {secs(model['measured_s'])}, error {model['error']:+.1%} "
+             f"(median of {model.get('window') or 'steps 6-N'})")]
+    split = model.get("split") or []
+    if split:
+        lines.append(f"    {'phase':<13} {'model':>9} {'measured':>9} {'error':>7}")
+        lines += [f"    {r['phase']:<13} {secs(r['model_s']):>9} {secs(r['measured_s']):>9} "
+                  f"{_share(r.get('error')):>7}" for r in split]
+    if model.get("host_notice"):
+        lines.append(f"    ! {model['host_notice']}")
+    return lines
+
+
+def _share(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:+.1f} %"
+
+
 @click.command()
 @click.argument("run_ref", metavar="RUN")
 @json_option
@@ -205,9 +224,8 @@ def show(home, as_json, run_ref):
     if model and "error_message" in model:
         click.echo(f"  step model: {model['error_message']}")
     elif model:
-        click.echo(f"  step model (from the baseline pass): model {secs(model['model_s'])}, "
-                   f"measured {secs(model['measured_s'])}, error {model['error']:+.1%}; "
-                   f"furthest phase: {model['worst_phase']}")
+        for line in model_lines(model):
+            click.echo(line)
     lr = details["load_range"]
     if lr:
         click.echo(f"  host load during the run: {lr[0]:.1f}-{lr[1]:.1f}")

@@ -29,6 +29,8 @@ LOAD_WINDOW_S = 3600.0
 STALE_TICKS = 3
 HISTORY_LIMIT = 50
 EVENTS_LIMIT = 8
+#: Seconds between two readings of the step model's comparison of a running run.
+COMPARE_EVERY_S = 10.0
 
 
 # === The view model ==========================================================
@@ -117,6 +119,10 @@ class RunView:
     ended: float | None
     exit_reason: str | None
     log_path: str | None
+    #: The step model's error by term ("fwd_bwd -3.1 %, ...") and, when the compute
+    #: term moved beyond the passes' spread, the sentence saying the host changed.
+    error_terms: str | None = None
+    host_notice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +245,21 @@ def predict_run(store: Store, run_id: int, last_main_step: dict) -> Predicted | 
     return Predicted(float(prediction.step_s), dict(prediction.phases))
 
 
+def _top_terms(words: str, keep: int = 3) -> str:
+    """The first ``keep`` terms of ``Comparison.error_terms`` (largest first): one panel line."""
+    terms = words.split(", ")
+    return ", ".join(terms[:keep]) + (", …" if len(terms) > keep else "")
+
+
+def _short_notice(c) -> str | None:
+    """``Comparison.host_notice`` in one panel line."""
+    if not c.host_changed:
+        return None
+    return (f"host changed: compute {c.compute_moved * 100:+.1f} % "
+            f"(spread {c.compute_spread * 100:.1f} %), rest of the model "
+            f"{c.error_without_compute * 100:+.1f} %")
+
+
 # === Building snapshots ======================================================
 
 
@@ -310,6 +331,7 @@ class ViewSource:
         self._series: dict[tuple[int, str], _Series] = {}
         self._finished: dict[int, HistoryRow] = {}
         self._predicted: dict[int, Predicted | None] = {}
+        self._compared: dict[int, tuple[float, str, object]] = {}
 
     # --- one refresh ----------------------------------------------------------
 
@@ -403,14 +425,31 @@ class ViewSource:
         return None if run is None else self.run_view(run, now)
 
     def _prediction(self, run: dict, last_main_step: dict | None) -> Predicted | None:
-        # The baseline pass ends before the main pass begins, so once the main
-        # pass has a step the prediction is final: fit it once per run.
+        # One after the other, the baseline pass ends before the main pass
+        # begins, so once the main pass has a step the prediction is final: fit
+        # it once per run. Interleaved, the baseline grows beside the main pass
+        # until the run ends: fit it again on each refresh (it is short).
         if run["id"] in self._predicted:
             return self._predicted[run["id"]]
         if last_main_step is None:
             return None
         value = predict_run(self.store, run["id"], last_main_step)
-        self._predicted[run["id"]] = value
+        if not ((run.get("config") or {}).get("interleave") and run["status"] in ACTIVE):
+            self._predicted[run["id"]] = value
+        return value
+
+    def _comparison(self, run: dict, now: float):
+        """``stepmodel.for_run`` of the run: once when it has ended, every COMPARE_EVERY_S while
+        it runs (it reads the whole main pass)."""
+        cached = self._compared.get(run["id"])
+        if cached and (cached[1] == run["status"] and (run["status"] not in ACTIVE
+                                                       or now - cached[0] < COMPARE_EVERY_S)):
+            return cached[2]
+        try:
+            value = stepmodel.for_run(self.store, run["id"])
+        except (RngdctlError, ArithmeticError, KeyError, TypeError, ValueError):
+            value = None  # a baseline it cannot fit: no split, never a crash
+        self._compared[run["id"]] = (now, run["status"], value)
         return value
 
     def run_view(self, run: dict, now: float) -> RunView:
@@ -446,14 +485,21 @@ class ViewSource:
                            for name in order)
         events = tuple((e["time"], e["kind"], e["message"])
                        for e in self.store.events(run_id=run["id"], limit=EVENTS_LIMIT))
+        error = stepmodel.relative_error(model_s, median_s)
+        compared = self._comparison(run, now) if predicted is not None else None
+        if compared is not None:
+            # What `show` and the note say: the model against its own window.
+            error = compared.error
         return RunView(
             run_id=run["id"], name=run.get("name"), status=run["status"], config=config,
             label=label, step=step, steps_total=steps_total, eta=eta, median_s=median_s,
-            tok_s=tok_s, model_s=model_s, error=stepmodel.relative_error(model_s, median_s),
+            tok_s=tok_s, model_s=model_s, error=error,
             last_loss=series.last_loss, phases=phases,
             loss=series.loss_plot.series(), step_time=series.time_plot.series(),
             events=events, started=run.get("started"), ended=run.get("ended"),
             exit_reason=run.get("exit_reason"), log_path=run.get("log_path"),
+            error_terms=_top_terms(compared.error_terms()) if compared else None,
+            host_notice=_short_notice(compared) if compared else None,
         )
 
     def history(self) -> tuple[HistoryRow, ...]:

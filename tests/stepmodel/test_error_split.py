@@ -43,7 +43,7 @@ def test_compute_that_moved_beyond_the_spread_says_the_host_changed_and_gives_th
     assert c.error_without_compute == pytest.approx(upload_share)
     notice = c.host_notice()
     assert notice.startswith("the host changed between the passes")
-    assert "+10.0 %" in notice and f"{c.error_without_compute * 100:+.1f} %" in notice
+    assert "10.0 % longer" in notice and f"{c.error_without_compute * 100:+.1f} %" in notice
     d = c.as_dict()
     assert d["host_changed"] is True and d["host_notice"] == notice
 

@@ -48,3 +48,41 @@ def test_a_run_that_has_only_its_baseline_shows_the_baseline_pass(store, ids):
                              for n in range(1, 4)])
     view = ViewSource(store, home="h", clock=lambda: NOW, run_ref=run_id).build().current
     assert (view.label, view.step, view.steps_total) == ("baseline", 3, 8)
+
+
+def test_the_current_run_splits_the_model_error_by_term_and_says_when_the_host_changed(
+        store, ids):
+    from daemon import stepmodel
+
+    view = ViewSource(store, home="h", clock=lambda: NOW).build().current
+    c = stepmodel.for_run(store, ids["r200"])
+    # r200's main pass computes 20 % slower (fwd_bwd 1.2 s) than its baseline (1.0 s).
+    assert view.error == c.error
+    assert view.error_terms.startswith(c.error_terms().split(", ")[0])
+    assert view.host_notice == (f"host changed: compute +20.0 % (spread 0.0 %), rest of the "
+                                f"model {c.error_without_compute * 100:+.1f} %")
+
+
+def test_an_interleaved_running_run_refits_the_model_as_its_baseline_grows(store):
+    from trainer import records
+
+    run_id = store.add_run({"cards": 1, "resident": 0, "steps": 20, "baseline": True,
+                            "baseline_steps": 20, "interleave": 5}, now=NOW)
+    store.claim_for_launch(run_id, launcher="local", now=NOW)
+    store.update_run(run_id, status="running")
+    extra = {"layers": 4, "cards": 1, "resident_per_card": 0, "seq_len": 64, "accum": 2}
+    phases = {"fwd_bwd": 0.5, "upload": 0.1, "download": 0.1, "host_optim": 0.1,
+              "device_optim": 0.1, "wait": 0.0}
+
+    def add(label, steps, step_s):
+        store.add_steps(run_id, [records.Step(label, n, 2.0, step_s, 128, 1e-5,
+                                              phases=phases, extra=extra, time=NOW)
+                                 for n in steps])
+
+    add("baseline", range(1, 6), 1.0)
+    add("main", range(1, 6), 1.0)
+    source = ViewSource(store, home="h", clock=lambda: NOW, run_ref=run_id)
+    first = source.build().current.model_s
+    add("baseline", range(6, 11), 2.0)  # the host got slower: the baseline's median moves
+    add("main", range(6, 11), 2.0)
+    assert source.build().current.model_s != first

@@ -61,6 +61,10 @@ def summary_text(view: RunView, now: float) -> Text:
     text.append(f" · {num(view.tok_s, ',.0f')} tok/s · model {num(view.model_s, '.3f', ' s')}"
                 f" · error ")
     text.append(percent(view.error), "bold")
+    if view.error_terms:
+        text.append(f"\nerror by term: {view.error_terms}", "dim")
+    if view.host_notice:
+        text.append(f"\n! {view.host_notice}", "yellow")
     if view.exit_reason and view.status not in ("running", "launching", "done"):
         text.append(f"\n✗ {view.exit_reason.splitlines()[0][:200]}", "red")
     return text

@@ -1,0 +1,38 @@
+"""`rngdctl show`: the step model's error split into its terms, and the host-changed notice."""
+
+import json
+
+from daemon import stepmodel
+from daemon.ingest import Ingest
+from tests.spine.test_show import passes
+
+
+def shown(store, rngdctl, **kw):
+    run = store.add_run({"cards": 1, "resident": 2, "steps": 12, "model": "tiny-llama"})
+    Ingest(store).feed(run, passes(**kw))
+    _, text, _ = rngdctl("show", str(run))
+    _, out, _ = rngdctl("show", str(run), "--json")
+    return stepmodel.for_run(store, run), text, json.loads(out)["model"]
+
+
+def test_show_lists_each_phase_measured_against_predicted_with_its_share_of_the_error(
+        store, rngdctl):
+    expected, text, model = shown(store, rngdctl)
+    for row in expected.split():
+        line = next(line for line in text.splitlines() if line.split()[:1] == [row["phase"]])
+        assert f"{row['error'] * 100:+.1f} %" in line
+    assert "(median of steps 6-12)" in text
+    assert "host changed" not in text
+    assert model["host_changed"] is False and model["host_notice"] is None
+
+
+def test_show_says_plainly_when_the_host_changed_between_the_passes(store, rngdctl):
+    # The asked config's device compute took 20 % longer than the baseline's, for the same work.
+    expected, text, model = shown(store, rngdctl, main_compute=0.120)
+    assert expected.host_changed
+    notice = [line for line in text.splitlines() if "the host changed between the passes" in line]
+    assert len(notice) == 1
+    assert "20.0 % longer in the asked config than in the baseline" in notice[0]
+    assert f"the rest of the model is off by {expected.error_without_compute * 100:+.1f} %" \
+        in notice[0]
+    assert model["error_without_compute"] == expected.error_without_compute
