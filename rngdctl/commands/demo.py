@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,14 +61,36 @@ def _watch(home, run_id: int, daemon: subprocess.Popen, use_tui: bool) -> None:
 
 
 def _stop(home, run_id: int, daemon: subprocess.Popen) -> None:
-    """Cancel the demo's run through the daemon, which then exits; kill it if it does not."""
+    """Cancel the demo's run through the daemon, which then exits; kill both if it does not.
+
+    The trainer runs in a session of its own (it outlives a daemon that dies, to be
+    adopted), so killing the daemon alone would leave it training: the demo kills
+    it too, by the pid and start time the daemon stored.
+    """
     with home.store() as store:
         store.request_cancel(run_id)
     try:
-        daemon.wait(timeout=30)
+        # Generous: on a loaded host the trainer's cancel path and the daemon's next
+        # tick can take a while; a kill is only the last resort.
+        daemon.wait(timeout=120)
     except (KeyboardInterrupt, subprocess.TimeoutExpired):
         daemon.kill()
         daemon.wait()
+        with home.store() as store:
+            _kill_trainer(store.run(run_id))
+
+
+def _kill_trainer(run: dict) -> None:
+    import psutil
+
+    if not run.get("pid"):
+        return
+    try:
+        same = abs(psutil.Process(run["pid"]).create_time() - (run.get("pid_start") or 0)) < 0.01
+        if same:
+            os.killpg(run["pid"], signal.SIGKILL)
+    except (psutil.Error, ProcessLookupError, PermissionError):
+        pass
 
 
 def _echo_model(home, run_id: int) -> None:
