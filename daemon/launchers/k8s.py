@@ -234,7 +234,7 @@ class K8sLauncher:
             raise LaunchError(str(exc)) from None
         # A new attempt: what the last one saw of holders and its trainer's end is void.
         self.state.update_run(run["id"], before=sorted(h.pid for h in self._host().holders),
-                              checked=None, end=None, waiting=None)
+                              checked=None, end=None, waiting=None, decided=None)
         precompile = bool(run["config"].get("precompile") or self.k8s.precompile)
         stage = jobspec.COMPILE if precompile and not self._compiled_already(run, node) \
             else jobspec.TRAIN
@@ -266,6 +266,7 @@ class K8sLauncher:
     def abandon(self, run: dict) -> None:
         """The daemon gave up on the run: delete its Job now, as a cancel does."""
         self.cancel(run)
+        self.state.forget_run(run["id"])
 
     def recover(self, run: dict) -> Outcome | None:
         """After a restart: adopt the run's Job if it is still there, else end the run."""
@@ -286,6 +287,9 @@ class K8sLauncher:
         if job is None:
             if run.get("cancel_requested"):
                 return Outcome(CANCELLED, "cancelled")
+            decided = self.state.run(run["id"]).get("decided")
+            if decided:  # we deleted it, then stopped before the outcome was stored
+                return Outcome(decided["status"], decided["reason"])
             return Outcome(FAILED, f"Job {self.ns}/{name} was gone when the daemon restarted "
                                    f"(its log up to then is in trainer.log)")
         self.store.add_event(run["id"], "adopt", f"adopted Job {self.ns}/{name} after a restart",
@@ -344,8 +348,8 @@ class K8sLauncher:
         if view is not None and view.waiting in cluster.PULL_ERRORS:
             return self._pull_failed(run, name, view)
         if view is not None and view.waiting in cluster.CONFIG_ERRORS:
-            self._delete(name, [view.name])
-            return Outcome(FAILED, f"{view.waiting}: {view.waiting_message or ''}".strip())
+            return self._end_attempt(run, name, [view.name], Outcome(
+                FAILED, f"{view.waiting}: {view.waiting_message or ''}".strip()))
 
         # 5. The container ran: its node and image digest, the new log lines.
         if view is not None and view.started:
@@ -410,11 +414,12 @@ class K8sLauncher:
     def _evicted(self, run: dict, job: dict, view: cluster.PodView) -> Outcome:
         why = view.reason or view.disrupted or ("node lost" if view.phase == "Unknown" else "")
         reason = f"pod {view.name} was put out ({why}): {view.message or ''}".strip()
-        self._delete(job["metadata"]["name"], [view.name])
-        if self.k8s.requeue_on_eviction and self._tries(run) < self.k8s.max_attempts:
+        requeue = self.k8s.requeue_on_eviction and self._tries(run) < self.k8s.max_attempts
+        outcome = self._end_attempt(run, job["metadata"]["name"], [view.name],
+                                    Outcome(REQUEUE if requeue else FAILED, reason))
+        if requeue:
             self.store.add_event(run["id"], "evicted", reason, now=self.clock())
-            return Outcome(REQUEUE, reason)
-        return Outcome(FAILED, reason)
+        return outcome
 
     def _rejected(self, run: dict, job: dict, view: cluster.PodView) -> Outcome:
         """The node refused the pod at admission (``OutOf<resource>``): requeue, N tries.
@@ -424,34 +429,36 @@ class K8sLauncher:
         """
         reason = f"pod {view.name} was rejected by the node ({view.reason}): " \
                  f"{view.message or 'not enough ' + view.reason[len('OutOf'):]}"
-        self._delete(job["metadata"]["name"], [view.name])
         tries = self._tries(run)
+        outcome = Outcome(REQUEUE, reason) if tries < self.k8s.max_attempts else Outcome(
+            FAILED, f"the node rejected the pod on {tries} tr{'y' if tries == 1 else 'ies'}; "
+                    f"last: {reason}")
+        self._end_attempt(run, job["metadata"]["name"], [view.name], outcome)
         self.store.add_event(run["id"], "admission_rejected",
                              f"{reason} (try {tries} of {self.k8s.max_attempts})",
                              now=self.clock(), data={"reason": view.reason,
                                                      "message": view.message})
-        if tries >= self.k8s.max_attempts:
-            return Outcome(FAILED, f"the node rejected the pod on {tries} "
-                                   f"tr{'y' if tries == 1 else 'ies'}; last: {reason}")
-        return Outcome(REQUEUE, reason)
+        return outcome
 
     def _pull_failed(self, run: dict, name: str, view: cluster.PodView) -> Outcome:
         """Delete the Job at once, keep the first message, requeue (or fail after N tries)."""
         message = f"{view.waiting}: {view.waiting_message or 'the image cannot be pulled'}"
-        self._delete(name, [view.name])
         image = self._image(run)
         # Stored, so that a restarted daemon does not trust a stale status.images.
         self.state.update_image(view.node or run.get("node") or self.node(), image,
                                 missing=True, pulled=None, digest=None)
         tries = self._tries(run)
+        if tries >= self.k8s.max_attempts:
+            outcome = Outcome(FAILED, self._pull_gave_up(run["id"], image, tries, message))
+        else:
+            outcome = Outcome(REQUEUE, f"image {image} not pulled ({view.waiting}); a pre-pull "
+                                       f"pod without a card fetches it before the retry")
+        self._end_attempt(run, name, [view.name], outcome)
         self.store.add_event(run["id"], "image_pull",
                              f"{message} (try {tries} of {self.k8s.max_attempts}); "
                              f"deleted Job {name} to free its cards", now=self.clock(),
                              data={"image": image, "message": message, "job": name})
-        if tries >= self.k8s.max_attempts:
-            return Outcome(FAILED, self._pull_gave_up(run["id"], image, tries, message))
-        return Outcome(REQUEUE, f"image {image} not pulled ({view.waiting}); a pre-pull pod "
-                                f"without a card fetches it before the retry")
+        return outcome
 
     def _tries(self, run: dict) -> int:
         """Tries of a run so far: each Job launched, and each pre-pull pod that failed."""
@@ -564,12 +571,12 @@ class K8sLauncher:
         first = foreign[0]
         reason = (f"pid {first.pid} ({first.user}: {first.cmdline[:80]}) holds "
                   f"{', '.join(first.files[:3])}, and it is not our pod {view.name}")
-        self._delete(name, [view.name])
+        status = FAILED if self._tries(run) >= self.k8s.max_attempts else REQUEUE
+        outcome = self._end_attempt(run, name, [view.name],
+                                    Outcome(status, f"a foreign process held the cards: {reason}"))
         self.store.add_event(run["id"], "foreign_holder", reason + f"; deleted Job {name}",
                              now=self.clock())
-        if self._tries(run) >= self.k8s.max_attempts:
-            return Outcome(FAILED, f"a foreign process held the cards: {reason}")
-        return Outcome(REQUEUE, f"a foreign process held the cards: {reason}")
+        return outcome
 
     def _split_holders(self, holders, pod_uid: str | None, before: set[int]):
         """(ours, foreign): ours when the cgroup names our pod's uid.
@@ -755,6 +762,19 @@ class K8sLauncher:
     def _pod_names(self, job_name: str) -> list[str]:
         return [p["metadata"]["name"]
                 for p in self.client.list_pods(self.ns, {jobspec.JOB_LABEL: job_name})]
+
+    def _end_attempt(self, run: dict, job_name: str, pod_names: list[str],
+                     outcome: Outcome) -> Outcome:
+        """Store the attempt's outcome, then delete its Job and pods.
+
+        A daemon stopped after the delete and before the scheduler stored the outcome
+        finds the Job gone at restart: ``recover`` returns this outcome (a requeue
+        stays a requeue) instead of failing the run.
+        """
+        self.state.update_run(run["id"], decided={"status": outcome.status,
+                                                  "reason": outcome.reason})
+        self._delete(job_name, pod_names)
+        return outcome
 
     def _delete(self, job_name: str, pod_names: list[str]) -> None:
         """Delete the Job and its pods now: the cards come free without waiting for the GC."""

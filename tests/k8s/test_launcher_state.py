@@ -262,3 +262,36 @@ def test_a_retry_compiles_again_when_the_image_on_the_node_has_another_digest(
     cluster.patch("v1/pods", prepull, {"status": _pulled(other)})
     tick_until_launched(daemon, store, run_id, 100)
     assert store.run(run_id)["job_name"] == f"rngd-{run_id}-a2-compile"
+
+
+def _admission_reject(cluster, job):
+    pod = cluster.start_pod(job, phase="Failed", state={"waiting": {"reason": "ContainerCreating"}})
+    cluster.set_pod(pod, phase="Failed", state={"waiting": {"reason": "ContainerCreating"}},
+                    reason="OutOffuriosa.ai/rngd", message="Pod was rejected: no card left")
+
+
+@pytest.mark.parametrize("how", ["pull error", "card race lost"])
+def test_a_restart_after_the_job_was_deleted_but_before_the_requeue_was_stored_requeues(
+        cluster, daemon, submit, store, restart, how):
+    run_id = submit()
+    now = tick_until_launched(daemon, store, run_id, 1)
+    job = store.run(run_id)["job_name"]
+    if how == "pull error":
+        _pull_fails(cluster, store, run_id)
+    else:
+        _admission_reject(cluster, job)
+    # The launcher deletes the Job and answers "requeue"; the daemon dies before storing it.
+    assert daemon.launcher.follow(store.run(run_id)).status == "requeue"
+    assert cluster.get("batch/v1/jobs", job) is None
+    assert store.run(run_id)["status"] == "running"
+
+    daemon = restart(daemon)
+    run = store.run(run_id)
+    assert (run["status"], run["exit_reason"]) == ("queued", None)
+    assert len(store.events(run_id=run_id, kinds=["requeue"])) == 1
+    if how == "pull error":  # the image was pulled by the pre-pull pod first
+        daemon.tick(now=now)
+        [prepull] = cluster.names("v1/pods")
+        cluster.patch("v1/pods", prepull, {"status": _pulled()})
+    tick_until_launched(daemon, store, run_id, now + 1)
+    assert store.run(run_id)["job_name"] == f"rngd-{run_id}-a2"
