@@ -165,7 +165,10 @@ class Daemon:
         if active:
             return result
 
-        # 3. Nothing runs: gate the head of the queue.
+        # 3. Nothing runs: gate the head of the queue. Runs whose --after run
+        # failed or was cancelled can never start: cancel them first, saying why.
+        for run_id, reason in self.store.cancel_broken_dependents(now=now):
+            log.info("run %s cancelled: %s", run_id, reason)
         head = self.store.head_of_queue()
         if head is None:
             self._passes_in_row = 0

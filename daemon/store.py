@@ -20,7 +20,7 @@ from typing import Any, Self
 from daemon.errors import NoSuchRun, StoreError, StoreVersionError
 from trainer import records
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Run states. A run moves queued -> launching -> running -> one of FINISHED.
 QUEUED, LAUNCHING, RUNNING = "queued", "launching", "running"
@@ -143,7 +143,26 @@ _V3 = [
     )""",
 ]
 
-MIGRATIONS = {1: _V1, 2: _V2, 3: _V3}
+# Version 4: the queue a researcher drives (issue 14): a run may wait for
+# another to be done (--after, Slurm's afterok) and jump the queue (--priority);
+# the first estimate of a queued run's start and end, and its error once the
+# run has ended.
+_V4 = [
+    "ALTER TABLE runs ADD COLUMN after_run INTEGER REFERENCES runs(id)",
+    "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+    """CREATE TABLE estimates (
+        run_id INTEGER PRIMARY KEY REFERENCES runs(id),
+        made REAL NOT NULL,
+        position INTEGER,
+        start REAL,
+        end REAL,
+        basis TEXT,
+        start_error REAL,
+        end_error REAL
+    )""",
+]
+
+MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 
 def _prepare_file(path: Path) -> None:
@@ -249,16 +268,18 @@ class Store:
 
     # === runs ================================================================
 
-    def add_run(self, config: dict, *, name: str | None = None, now: float | None = None) -> int:
-        """Queue a run at the back of the queue; returns its id."""
+    def add_run(self, config: dict, *, name: str | None = None, now: float | None = None,
+                after: int | None = None, priority: int = 0) -> int:
+        """Queue a run at the back of the queue (of its priority); returns its id."""
         now = time.time() if now is None else now
         with self._transaction():
             position = self.conn.execute(
                 "SELECT COALESCE(MAX(position), 0) + 1 FROM runs"
             ).fetchone()[0]
             cursor = self.conn.execute(
-                "INSERT INTO runs (name, status, config, position, created) VALUES (?, ?, ?, ?, ?)",
-                (name, QUEUED, _json(config), position, now),
+                "INSERT INTO runs (name, status, config, position, created, after_run, priority)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (name, QUEUED, _json(config), position, now, after, priority),
             )
         return int(cursor.lastrowid)
 
@@ -289,14 +310,18 @@ class Store:
         return self._rows(sql, params)
 
     def queue(self, *, include_held: bool = True) -> list[dict]:
-        """Queued runs in launch order."""
+        """Queued runs in launch order: higher priority first, then by position."""
         sql = "SELECT * FROM runs WHERE status = ?"
         if not include_held:
             sql += " AND held = 0"
-        return self._rows(sql + " ORDER BY position, id", [QUEUED])
+        return self._rows(sql + " ORDER BY priority DESC, position, id", [QUEUED])
 
     def head_of_queue(self) -> dict | None:
-        rows = self.queue(include_held=False)
+        """The first queued run that may launch: not held, and its --after run done."""
+        rows = self._rows(
+            "SELECT r.* FROM runs r LEFT JOIN runs d ON d.id = r.after_run"
+            " WHERE r.status = ? AND r.held = 0 AND (r.after_run IS NULL OR d.status = ?)"
+            " ORDER BY r.priority DESC, r.position, r.id LIMIT 1", [QUEUED, DONE])
         return rows[0] if rows else None
 
     def active_runs(self) -> list[dict]:
@@ -374,6 +399,40 @@ class Store:
         with self._transaction():
             for rid, pos in zip(ids, positions):
                 self.conn.execute("UPDATE runs SET position = ? WHERE id = ?", (pos, rid))
+
+    # === dependencies and priority (issue 14) ================================
+
+    def cancel_broken_dependents(self, *, now: float | None = None) -> list[tuple[int, str]]:
+        """Cancel queued runs whose --after run ended other than done, with the reason.
+
+        Chains follow in the same call (C after B after A: A failed cancels B, then
+        C). Returns (run id, reason) of each run cancelled.
+        """
+        now = time.time() if now is None else now
+        cancelled: list[tuple[int, str]] = []
+        while True:
+            rows = self.conn.execute(
+                "SELECT r.id, d.id, d.status, d.exit_reason FROM runs r"
+                " JOIN runs d ON d.id = r.after_run WHERE r.status = ? AND d.status IN"
+                f" ({','.join('?' * len(FINISHED))}) AND d.status != ?",
+                (QUEUED, *FINISHED, DONE)).fetchall()
+            if not rows:
+                return cancelled
+            for run_id, dep, status, why in rows:
+                first = (why or "").splitlines()[0] if why else ""
+                reason = (f"run {dep}, which this run waits for (--after), ended {status}"
+                          + (f": {first}" if first else ""))
+                changed = self.conn.execute(
+                    "UPDATE runs SET status = ?, ended = ?, exit_reason = ? "
+                    "WHERE id = ? AND status = ?", (CANCELLED, now, reason, run_id, QUEUED)
+                ).rowcount
+                if changed:
+                    self.add_event(run_id, "dependency", reason, data={"after": dep},
+                                   now=now)
+                    cancelled.append((run_id, reason))
+
+    def set_priority(self, run_id: int, priority: int) -> None:
+        self.update_run(run_id, priority=priority)
 
     # === passes ==============================================================
 

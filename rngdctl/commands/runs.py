@@ -65,13 +65,19 @@ class CardsParam(click.ParamType):
 @click.option("--precompile", is_flag=True, default=None,
               help="k8s: run `trainer compile` in a card-less Job first.")
 @click.option("--name", help="A name to refer to the run by.")
+@click.option("--after", "after", metavar="RUN",
+              help="Start only once RUN is done (Slurm's afterok); if RUN fails or is "
+                   "cancelled, this run is cancelled with the reason.")
+@click.option("--priority", type=int, default=0, show_default=True,
+              help="Higher runs launch first; equal priorities keep queue order (see move).")
 @json_option
 @with_home
-def submit(home, as_json, **options):
+def submit(home, as_json, after, priority, **options):
     """Queue a run; prints its id.
 
     Example: rngdctl submit --cards 2 --resident 8 --steps 200 --baseline
     """
+    from daemon.queueing import queue_run
     from daemon.runspec import validate
 
     with home.store() as store:
@@ -82,8 +88,9 @@ def submit(home, as_json, **options):
             chosen = choose_best(home, store, options)
             options = {**options, "cards": chosen.best.cards, "resident": chosen.best.resident}
         config = validate(options)
-        run_id = store.add_run(config, name=config.get("name"))
-        position = len(store.queue())
+        run_id = queue_run(store, config, after=after, priority=priority)
+        store_after = store.run(run_id)["after_run"]
+        position = [r["id"] for r in store.queue()].index(run_id) + 1
     if chosen is not None and not as_json:
         # stderr: stdout stays the run id alone, for scripts.
         click.echo(f"chose {chosen.best.cards} card{'s' if chosen.best.cards != 1 else ''} x "
@@ -91,6 +98,7 @@ def submit(home, as_json, **options):
                    f"predicted from run {chosen.baseline_run}): {chosen.why}", err=True)
     if as_json:
         echo_json({"id": run_id, "status": "queued", "position": position, "config": config,
+                   "after_run": store_after, "priority": priority,
                    **({"chosen": {"cards": chosen.best.cards, "resident": chosen.best.resident,
                                   "step_s": chosen.best.step_s, "why": chosen.why,
                                   "baseline_run": chosen.baseline_run}} if chosen else {})})
@@ -151,10 +159,13 @@ def run_details(store, run_ref) -> dict:
         blocking = [g for g in checks[-1]["gates"] if g["verdict"] == "fail"]
         waiting = {"blocked_since": since,
                    "blocked_by": [f"{g['name']}: {g['detail']}" for g in blocking]}
+    from daemon.queueing import waiting_for
+
     return {
         "run": run,
         "active": run["status"] in ACTIVE,
         "waiting": waiting,
+        "after": waiting_for(store, run),
         "passes": passes,
         "gate_checks": checks,
         "pre_submit_load_range": stats.gate_load_range(store.gate_checks(run_id=run["id"])),
@@ -203,6 +214,10 @@ def show(home, as_json, run_ref):
                + f": {run['status']}" + (f", attempt {run['attempts']}" if run["attempts"] else ""))
     if run.get("exit_reason"):
         click.echo(f"  reason: {run['exit_reason'].splitlines()[0]}")
+    if details["after"]:
+        click.echo(f"  {details['after']['text']}")
+    if run.get("priority"):
+        click.echo(f"  priority {run['priority']}")
     waiting = details["waiting"]
     if waiting:
         since = waiting["blocked_since"]
@@ -315,5 +330,9 @@ def move(home, run_ref, position):
         run = _queued(store, run_ref)
         now = [r["id"] for r in store.queue()].index(run["id"]) + 1
         store.move(run["id"], position - now)
-        position = [r["id"] for r in store.queue()].index(run["id"]) + 1
-    click.echo(f"run {run['id']} is now at position {position}")
+        queue = store.queue()
+        position = [r["id"] for r in queue].index(run["id"]) + 1
+    ahead = [r for r in queue[:position - 1] if r["priority"] > run["priority"]]
+    click.echo(f"run {run['id']} is now at position {position}"
+               + (f" ({len(ahead)} run{'s' if len(ahead) != 1 else ''} of higher priority "
+                  "ahead: see --priority)" if ahead else ""))
