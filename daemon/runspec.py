@@ -148,3 +148,61 @@ def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
     if cache_dir:
         argv += ["--cache-dir", str(cache_dir)]
     return argv
+
+
+# === --set key=value (edit, clone) ===========================================
+
+#: The type of every config key a user may set, as submit's options have them.
+SETTABLE = {
+    "cards": int, "resident": int, "steps": int, "baseline": bool, "baseline_steps": int,
+    "model": str, "data": str, "seq_len": int, "accum": int, "lr": float, "seed": int,
+    "lora": int, "backend": str, "image": str, "deadline": int, "precompile": bool, "name": str,
+}
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    """``key=value`` as submit's option would take it; ``key=`` resets an optional key.
+
+    Keys take dashes or underscores (``seq-len=128``). Raises BadInput with one line.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key:
+        raise BadInput(f"--set {text!r}: use key=value")
+    kind = SETTABLE.get(key)
+    if kind is None:
+        raise BadInput(f"--set {key}: not a setting; use one of "
+                       f"{', '.join(k.replace('_', '-') for k in SETTABLE)}")
+    raw = raw.strip()
+    if raw == "":
+        if key in DEFAULTS:
+            return key, DEFAULTS[key]
+        if key == "name":
+            return key, None
+        raise BadInput(f"--set {key}=: {key.replace('_', '-')} has no default to reset to")
+    if kind is bool:
+        if raw.lower() not in _TRUE + _FALSE:
+            raise BadInput(f"--set {key}={raw}: use true or false")
+        return key, raw.lower() in _TRUE
+    try:
+        return key, kind(raw)
+    except ValueError:
+        raise BadInput(f"--set {key}={raw}: not a valid "
+                       f"{'integer' if kind is int else 'number'}") from None
+
+
+def config_diff(a: dict, b: dict) -> dict:
+    """The config keys whose values differ: {key: (a's, b's)}, in a's key order then b's."""
+    keys = list(dict.fromkeys([*a, *b]))
+    return {k: (a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)}
+
+
+def apply_settings(config: dict, settings: list[str]) -> dict:
+    """A queued or finished run's config with ``key=value`` changes, validated as submit does."""
+    changes = dict(parse_setting(s) for s in settings)
+    options = {**config, **changes}
+    for key, value in changes.items():
+        if value is None:  # reset: validate() fills defaults only for keys it is not given
+            options.pop(key, None)
+    return validate(options)

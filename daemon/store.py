@@ -434,6 +434,12 @@ class Store:
     def set_priority(self, run_id: int, priority: int) -> None:
         self.update_run(run_id, priority=priority)
 
+    def replace_queued_config(self, run_id: int, config: dict) -> bool:
+        """A queued run's new config (and name, which the config carries); False if it left."""
+        return bool(self.conn.execute(
+            "UPDATE runs SET config = ?, name = ? WHERE id = ? AND status = ?",
+            (_json(config), config.get("name"), run_id, QUEUED)).rowcount)
+
     # === passes ==============================================================
 
     def add_pass(self, run_id: int, start: records.Start) -> None:

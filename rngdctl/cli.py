@@ -33,6 +33,9 @@ COMMANDS = [
     ("rngdctl.commands.tui", "tui"),
     ("rngdctl.commands.model", "model"),
     ("rngdctl.commands.plan", "plan"),
+    ("rngdctl.commands.edit", "edit"),
+    ("rngdctl.commands.edit", "clone"),
+    ("rngdctl.commands.wait", "wait"),
 ]
 
 

@@ -1,0 +1,69 @@
+"""`rngdctl edit` and `rngdctl clone`: change a queued run, or queue a copy of any run.
+
+Thin over ``daemon.queueing.edit_run`` / ``clone_run``; the changes are
+validated by ``daemon.runspec`` exactly as ``submit``'s options are.
+"""
+
+from __future__ import annotations
+
+import click
+
+from rngdctl.options import echo_json, json_option, with_home
+
+set_option = click.option(
+    "--set", "settings", multiple=True, metavar="KEY=VALUE",
+    help="A submit option to change (steps=500, seq-len=256, baseline=true; KEY= resets it "
+         "to its default). Repeat for several.")
+
+
+def _changes(changes: dict) -> dict:
+    return {k: {"old": old, "new": new} for k, (old, new) in changes.items()}
+
+
+def _text(changes: dict) -> str:
+    return ", ".join(f"{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in changes.items())
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@set_option
+@json_option
+@with_home
+def edit(home, as_json, run_ref, settings):
+    """Change a queued run's config, with the same validation as submit.
+
+    Example: rngdctl edit 7 --set steps=500 --set seq-len=256
+    """
+    from daemon.queueing import edit_run
+
+    with home.store() as store:
+        run, changes = edit_run(store, run_ref, list(settings))
+    if as_json:
+        echo_json({"id": run["id"], "changes": _changes(changes), "config": run["config"]})
+    elif changes:
+        click.echo(f"run {run['id']} edited: {_text(changes)}")
+    else:
+        click.echo(f"run {run['id']}: nothing changed")
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@set_option
+@json_option
+@with_home
+def clone(home, as_json, run_ref, settings):
+    """Queue a copy of any run (its config, name and priority), with changes; prints its id.
+
+    Example: rngdctl clone 7 --set lr=2e-5
+    """
+    from daemon.queueing import clone_run
+
+    with home.store() as store:
+        new_id, changes = clone_run(store, run_ref, list(settings))
+        new = store.run(new_id)
+        position = [r["id"] for r in store.queue()].index(new_id) + 1
+    if as_json:
+        echo_json({"id": new_id, "status": new["status"], "position": position,
+                   "changes": _changes(changes), "config": new["config"]})
+    else:
+        click.echo(new_id)

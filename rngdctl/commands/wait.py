@@ -1,0 +1,53 @@
+"""`rngdctl wait RUN...`: block until the runs end; exit 0 if all are done, 1 otherwise.
+
+Thin over ``daemon.queueing.wait_for_runs``, which polls the store.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from rngdctl.options import json_option, with_home
+
+
+def _line(run: dict) -> str:
+    name = f" ({run['name']})" if run.get("name") else ""
+    reason = (run.get("exit_reason") or "").splitlines()
+    return (f"run {run['id']}{name}: {run['status']}"
+            + (f": {reason[0]}" if reason and run["status"] != "done" else ""))
+
+
+@click.command()
+@click.argument("run_refs", metavar="RUN...", nargs=-1, required=True)
+@click.option("--timeout", type=click.FloatRange(min=0),
+              help="Stop waiting after this many seconds (exit 1, the runs left on stderr).")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
+              help="Seconds between reads of the store.")
+@json_option
+@with_home
+def wait(home, as_json, run_refs, timeout, interval):
+    """Wait until the runs end, one line per run as it ends; exit 0 only if all are done.
+
+    --json prints one JSON object a line (id, name, status, exit_reason).
+
+    Example: rngdctl wait 3 4 --timeout 3600 && rngdctl export 3 4
+    """
+    from daemon.queueing import wait_for_runs
+
+    def report(run: dict) -> None:
+        if as_json:
+            click.echo(json.dumps({k: run.get(k) for k in ("id", "name", "status", "exit_reason",
+                                                             "ended")}, ensure_ascii=False))
+        else:
+            click.echo(_line(run))
+
+    with home.store() as store:
+        ended, pending = wait_for_runs(store, run_refs, timeout=timeout, interval=interval,
+                                       on_end=report)
+    if pending:
+        click.echo(f"stopped waiting after {timeout:g} s: run{'s' if len(pending) > 1 else ''} "
+                   f"{', '.join(map(str, pending))} not ended", err=True)
+    if pending or any(status != "done" for status in ended.values()):
+        raise SystemExit(1)  # main() runs click with standalone_mode=False: Exit would be 0
