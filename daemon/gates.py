@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from daemon.holders import describe as describe_holder
 from daemon.probes import HostReading
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
@@ -52,12 +53,16 @@ def _host_load(host: HostReading, load_max: float) -> Gate:
                 f"load {load1:g} / {host.load[1]:.2f} / {host.load[2]:.2f}")
 
 
-def _device_idle(host: HostReading, own_pids: set[int]) -> Gate:
+def _device_idle(host: HostReading, own_pids: set[int], rows=()) -> Gate:
     others = [h for h in host.holders if h.pid not in own_pids]
     if others:
         first = others[0]
-        detail = (f"pid {first.pid} {first.cmdline[:60]} ({first.user}) holds "
-                  f"{', '.join(first.files[:3])}")
+        row = next((r for r in rows if r.pid == first.pid), None)
+        if row is not None and (row.pod or row.orphan):
+            detail = describe_holder(row)  # names the pod, or why there is none
+        else:
+            detail = (f"pid {first.pid} {first.cmdline[:60]} ({first.user}) holds "
+                      f"{', '.join(first.files[:3])}")
         if len(others) > 1:
             detail += f" and {len(others) - 1} more"
     else:
@@ -92,11 +97,15 @@ def _one_at_a_time(active: list[dict]) -> Gate:
 
 
 def evaluate(*, host: HostReading, cluster: ClusterReading, cards: int, active: list[dict],
-             load_max: float, own_pids: set[int] = frozenset()) -> list[Gate]:
-    """Every gate for a run that needs ``cards`` cards, in GATE_NAMES order."""
+             load_max: float, own_pids: set[int] = frozenset(), holders=()) -> list[Gate]:
+    """Every gate for a run that needs ``cards`` cards, in GATE_NAMES order.
+
+    ``holders``: the holder report's rows (``daemon.holders``), so that the
+    device-idle gate names the pod that holds a card.
+    """
     return [
         _host_load(host, load_max),
-        _device_idle(host, set(own_pids)),
+        _device_idle(host, set(own_pids), holders),
         _cards_free(cluster, cards),
         _image_present(cluster),
         _one_at_a_time(active),

@@ -35,6 +35,7 @@ class GateConfig:
     load_max: float = 150.0  # the 1-minute load average must be below this
     consecutive: int = 1  # gates must pass on this many ticks in a row before a launch
     device_globs: list[str] = field(default_factory=lambda: ["/dev/rngd*", "/dev/rngd/*"])
+    phantom_after: float = 600.0  # seconds a card pod may hold no device file: then a phantom
 
 
 @dataclass
@@ -124,6 +125,7 @@ DEFAULT_CONFIG_TEXT = """\
 [gates]
 load_max = 150.0        # the 1-minute load average must be below this
 consecutive = 1         # gates must pass on this many ticks in a row (k8s: at least 2)
+phantom_after = 600.0   # seconds a pod with cards may hold no device file before it is a phantom
 
 [daemon]
 launcher = "local"      # local | k8s

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from daemon import faults
 from daemon import gates as gates_mod
+from daemon import holders as holders_mod
 from daemon.errors import DaemonAlreadyRunning, LaunchError
 from daemon.home import Config, Home
 from daemon.launchers.base import REQUEUE, Launcher, Outcome
@@ -66,7 +67,8 @@ class TickResult:
 
 class Daemon:
     def __init__(self, home: Home, store: Store, config: Config, launcher: Launcher, *,
-                 exit_when_idle: bool = False, probe=None, clock=time.time):
+                 exit_when_idle: bool = False, probe=None, clock=time.time,
+                 proc: str = "/proc"):
         self.home = home
         self.store = store
         self.config = config
@@ -74,6 +76,7 @@ class Daemon:
         self.exit_when_idle = exit_when_idle
         self.probe = probe or (lambda: read_host(tuple(config.gates.device_globs)))
         self.clock = clock
+        self.proc = proc  # where holders' cgroup files are read (pod of each holder)
         self.stop_reason: str | None = None
         self._stop = threading.Event()
         self._lock = DaemonLock(home)
@@ -151,8 +154,9 @@ class Daemon:
 
         # 1. Sample the host, whether or not a run is active.
         host = self.probe()
+        held = self._holders(host, now)
         active = self.store.active_runs()
-        self.store.add_sample(load=host.load, holders=[h.as_dict() for h in host.holders],
+        self.store.add_sample(load=host.load, holders=[r.as_dict() for r in held.rows],
                               run_id=active[0]["id"] if active else None, now=now)
 
         # 2. Follow what runs; it may finish now.
@@ -174,7 +178,7 @@ class Daemon:
             self._passes_in_row = 0
             result.idle = True
             return result
-        result.gates_passed = self._gate(head, host, now)
+        result.gates_passed = self._gate(head, host, held.rows, now)
         if not result.gates_passed:
             return result
 
@@ -217,14 +221,23 @@ class Daemon:
         self._follow_failures.pop(run_id, None)
         return outcome
 
-    def _gate(self, head: dict, host: HostReading, now: float) -> bool:
+
+    def _holders(self, host: HostReading, now: float) -> holders_mod.Correlation:
+        """Each holder with its pod, Job and run; phantom pods (one pod list call in k8s)."""
+        if not hasattr(self.launcher, "node_pods"):  # a launcher without pods (test doubles)
+            return holders_mod.correlate(host, node=None, pods=None, uids={}, idle_since={},
+                                         now=now)
+        return holders_mod.report(host, self.launcher, self.store, now=now, proc=self.proc,
+                                  phantom_after=self.config.gates.phantom_after)
+
+    def _gate(self, head: dict, host: HostReading, rows, now: float) -> bool:
         if head["id"] != self._head_id:
             self._head_id, self._passes_in_row = head["id"], 0
         cluster = self.launcher.cluster_reading(head)
         gates = gates_mod.evaluate(host=host, cluster=cluster, cards=int(head["config"]["cards"]),
                                    active=self.store.active_runs(),
                                    load_max=self.config.gates.load_max,
-                                   own_pids=self.launcher.own_pids())
+                                   own_pids=self.launcher.own_pids(), holders=rows)
         passed = gates_mod.all_pass(gates)
         self._passes_in_row = self._passes_in_row + 1 if passed else 0
         self.store.add_gate_check(head["id"], [g.as_dict() for g in gates], passed, now=now)

@@ -20,7 +20,7 @@ from typing import Any, Self
 from daemon.errors import NoSuchRun, StoreError, StoreVersionError
 from trainer import records
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Run states. A run moves queued -> launching -> running -> one of FINISHED.
 QUEUED, LAUNCHING, RUNNING = "queued", "launching", "running"
@@ -162,7 +162,19 @@ _V4 = [
     )""",
 ]
 
-MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+# Version 5: when each card pod was first seen with no device file open, so a
+# pod idle for longer than [gates] phantom_after is reported as a phantom even
+# across daemon restarts (daemon/holders.py).
+_V5 = [
+    """CREATE TABLE idle_pods (
+        node TEXT NOT NULL,
+        pod TEXT NOT NULL,
+        since REAL NOT NULL,
+        PRIMARY KEY (node, pod)
+    )""",
+]
+
+MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 
 def _prepare_file(path: Path) -> None:
@@ -500,8 +512,8 @@ class Store:
         self.conn.execute(
             "INSERT INTO samples (time, run_id, load1, load5, load15, holders, holder_count,"
             " cards_free) VALUES (?,?,?,?,?,?,?,?)",
-            (time.time() if now is None else now, run_id, *load, _json(holders), len(holders),
-             cards_free),
+            (time.time() if now is None else now, run_id, *load, _json(holders),
+             sum(1 for h in holders if h.get("pid") is not None), cards_free),
         )
 
     def samples(self, *, run_id: int | None = None, since: float | None = None,
@@ -684,3 +696,17 @@ class Store:
             "SELECT time, load1 FROM samples WHERE time >= ? AND load1 IS NOT NULL ORDER BY time",
             (since,),
         ).fetchall()
+
+    # === idle card pods (phantoms) ===========================================
+
+    def idle_pods(self, node: str) -> dict[str, float]:
+        """Pod key -> when it was first seen holding cards with no device file open."""
+        return dict(self.conn.execute(
+            "SELECT pod, since FROM idle_pods WHERE node = ?", (node,)).fetchall())
+
+    def set_idle_pods(self, node: str, idle: dict[str, float]) -> None:
+        """Replace ``node``'s memory of idle pods (pods no longer idle are forgotten)."""
+        with self._transaction():
+            self.conn.execute("DELETE FROM idle_pods WHERE node = ?", (node,))
+            self.conn.executemany("INSERT INTO idle_pods (node, pod, since) VALUES (?,?,?)",
+                                  [(node, pod, since) for pod, since in idle.items()])

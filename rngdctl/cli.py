@@ -27,6 +27,7 @@ COMMANDS = [
     ("rngdctl.commands.runs", "move"),
     ("rngdctl.commands.daemon", "daemon"),
     ("rngdctl.commands.daemon", "gates"),
+    ("rngdctl.commands.holders", "holders"),
     ("rngdctl.commands.doctor", "doctor"),
     ("rngdctl.commands.export", "export"),
     ("rngdctl.commands.demo", "demo"),

@@ -32,6 +32,12 @@ class Launcher(Protocol):
     def own_pids(self) -> set[int]:
         """Host pids of our own trainer, which the device-idle gate must not count."""
 
+    def node_pods(self) -> tuple[str | None, list[dict] | None, str | None]:
+        """(node, the pods bound to it, why there are none) for the holder report.
+
+        At most one API call. Pods None: no Kubernetes, or the API did not answer.
+        """
+
     def launch(self, run: dict) -> None:
         """Start the run (status is already ``launching``); set it ``running``.
 

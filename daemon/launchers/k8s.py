@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
-from daemon import faults
+from daemon import cgroups, faults
 from daemon.errors import ConfigError, LaunchError
 from daemon.gates import ClusterReading
 from daemon.home import Config, Home
@@ -585,17 +584,27 @@ class K8sLauncher:
         holder seen before the launch counts as foreign, any other as ours.
         """
         ours, foreign = [], []
-        keys = {pod_uid, pod_uid.replace("-", "_")} if pod_uid else set()
         for holder in holders:
-            try:
-                text = (Path(self.proc) / str(holder.pid) / "cgroup").read_text()
-            except OSError:
-                text = None
-            if text is not None and keys:
-                (ours if any(k in text for k in keys) else foreign).append(holder)
+            uid = cgroups.read_pod_uid(holder.pid, self.proc)
+            if uid != cgroups.UNREADABLE and pod_uid:
+                (ours if uid == pod_uid.lower() else foreign).append(holder)
             else:
                 (foreign if holder.pid in before else ours).append(holder)
         return ours, foreign
+
+    def node_pods(self) -> tuple[str | None, list[dict] | None, str | None]:
+        """The node and the pods bound to it (1 API call), for the holder report.
+
+        (node, None, why) when the API does not answer or the node is unknown.
+        """
+        try:
+            node = self.node()
+            return node, self.client.pods_on_node(node), None
+        except K8sUnavailable as exc:
+            self._down(None, exc)
+            return self._node, None, f"Kubernetes API unavailable: {exc}"
+        except (K8sRejected, ConfigError) as exc:
+            return self._node, None, f"cannot list the node's pods: {exc}"
 
     # === images ==============================================================
 

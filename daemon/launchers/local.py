@@ -20,6 +20,7 @@ import errno
 import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -149,6 +150,10 @@ class LocalLauncher:
             except psutil.Error:
                 continue
         return pids
+
+    def node_pods(self) -> tuple[str | None, list[dict] | None, str | None]:
+        """This host, and no pods: the local launcher knows no Kubernetes."""
+        return socket.gethostname(), None, None
 
     # --- start ---------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon import holders as holders_mod
 from daemon import stats, stepmodel
 from daemon.errors import RngdctlError
 from daemon.store import ACTIVE, FINISHED, QUEUED, Store
@@ -142,11 +143,17 @@ class HistoryRow:
 
 @dataclass(frozen=True)
 class HolderRow:
-    pid: int
+    pid: int | None  # None: a phantom pod (cards allocated, no process holds a file)
     user: str
     cmdline: str
     files: tuple[str, ...]
     age: float | None
+    cards: tuple[str, ...] = ()
+    pod: str | None = None
+    job: str | None = None
+    run: int | None = None
+    mark: str = ""  # "orphan" | "phantom" | ""
+    why: str | None = None  # the orphan's reason
 
 
 @dataclass(frozen=True)
@@ -536,11 +543,11 @@ class ViewSource:
             return (), None
         rows = []
         for h in sample.get("holders") or []:
-            started = h.get("started")
+            row = holders_mod.HolderRow.from_dict(h)
             rows.append(HolderRow(
-                pid=int(h.get("pid", 0)), user=str(h.get("user", "?")),
-                cmdline=str(h.get("cmdline", "")), files=tuple(h.get("files") or ()),
-                age=None if started is None else max(0.0, now - started),
+                pid=row.pid, user=row.user, cmdline=row.command, files=row.files,
+                age=row.age(now), cards=row.cards, pod=row.pod, job=row.job, run=row.run,
+                mark=row.mark, why=row.orphan,
             ))
         return tuple(rows), sample["time"]
 

@@ -81,11 +81,35 @@ async def test_history_shows_finished_runs_with_steps_and_median(make_app, settl
     ]
 
 
-async def test_holders_show_pid_user_age_and_files(make_app, settle):
+async def test_holders_show_pid_user_age_and_card(make_app, settle):
     async with make_app().run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         rows = table_rows(pilot.app, "#holders-table")
-    assert rows == [["4121", "kim", "15 m", "/dev/rngd/npu0pe0-3", "python bench.py"]]
+    assert rows == [["4121", "kim", "15 m", "npu0", "–", "–", "–", "python bench.py"]]
+
+
+async def test_holders_show_the_pod_and_run_and_mark_orphans_and_phantoms(make_app, settle,
+                                                                          store):
+    store.add_sample(load=(3.0, 2.5, 2.0), now=NOW, holders=[
+        {"pid": 77, "user": "root", "command": "python -m trainer train", "cards": ["npu1"],
+         "pod": "ml/rngd-7-a0-x", "job": "rngd-7-a0", "run": 7, "started": NOW - 60,
+         "mark": ""},
+        {"pid": 4121, "user": "kim", "command": "python bench.py", "cards": ["npu0"],
+         "orphan": "in no pod", "started": NOW - 900, "mark": "orphan"},
+        {"pid": None, "user": "–", "command": "no process holds a device file",
+         "cards": ["1 card"], "pod": "inference/serving-0", "phantom": True,
+         "started": NOW - 1200, "mark": "phantom"},
+    ])
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        rows = table_rows(pilot.app, "#holders-table")
+        subtitle = pilot.app.query_one("#holders").border_subtitle
+    assert [r[:7] for r in rows] == [
+        ["77", "root", "1 m", "npu1", "ml/rngd-7-a0-x", "#7", "–"],
+        ["4121", "kim", "15 m", "npu0", "–", "–", "orphan"],
+        ["–", "–", "20 m", "1 card", "inference/serving-0", "–", "phantom"],
+    ]
+    assert subtitle.startswith("2 holders, 1 orphan, 1 phantom")
 
 
 async def test_header_says_when_no_daemon_runs_and_since_when(make_app, settle, store):

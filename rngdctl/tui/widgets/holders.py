@@ -9,22 +9,29 @@ from textual.widgets import DataTable
 from rngdctl.tui.data import HolderRow, ago
 from rngdctl.tui.widgets._table import sync_rows
 
-COLUMNS = ("pid", "user", "age", "files", "command")
+COLUMNS = ("pid", "user", "age", "card", "pod", "run", "mark", "command")
 
 
 def row_matches(row: HolderRow, needle: str) -> bool:
-    hay = f"{row.pid} {row.user} {row.cmdline} {' '.join(row.files)}"
+    hay = (f"{row.pid} {row.user} {row.cmdline} {' '.join(row.files)} {row.pod or ''} "
+           f"{row.job or ''} {row.mark}")
     return needle.lower() in hay.lower()
 
 
-def files_text(files: tuple[str, ...]) -> str:
-    if not files:
-        return "–"
-    return files[0] + (f" +{len(files) - 1}" if len(files) > 1 else "")
+def cards_text(row: HolderRow) -> str:
+    if row.cards:
+        return ",".join(row.cards)
+    return row.files[0] if row.files else "–"
+
+
+def _cells(row: HolderRow) -> tuple[str, ...]:
+    return ("–" if row.pid is None else str(row.pid), row.user, ago(row.age), cards_text(row),
+            row.pod or "–", "–" if row.run is None else f"#{row.run}", row.mark or "–",
+            row.cmdline[:80])
 
 
 class HoldersPanel(Vertical):
-    """Who holds the devices now: pid, user, age, files, command line."""
+    """Who holds the devices now: pid, user, age, card, pod, run, orphan/phantom, command."""
 
     def compose(self) -> ComposeResult:
         table = DataTable(id="holders-table", cursor_type="row")
@@ -35,11 +42,23 @@ class HoldersPanel(Vertical):
              filter_text: str = "") -> None:
         chosen = [r for r in rows if not filter_text or row_matches(r, filter_text)]
         sync_rows(self.query_one(DataTable), [
-            (f"{r.pid}", (str(r.pid), r.user, ago(r.age), files_text(r.files), r.cmdline[:80]))
+            (f"{r.pid}" if r.pid is not None else f"phantom {r.pod}", _cells(r))
             for r in chosen
         ])
         if sampled_at is None:
             self.border_subtitle = "no host sample yet"
         else:
-            held = f"{len(rows)} holder{'s' if len(rows) != 1 else ''}" if rows else "none"
+            held = _counts(rows)
             self.border_subtitle = f"{held} · sampled {ago(now - sampled_at)} ago"
+
+
+def _counts(rows: tuple[HolderRow, ...]) -> str:
+    if not rows:
+        return "none"
+    n = sum(1 for r in rows if r.pid is not None)
+    text = f"{n} holder{'s' if n != 1 else ''}"
+    for mark in ("orphan", "phantom"):
+        k = sum(1 for r in rows if r.mark == mark)
+        if k:
+            text += f", {k} {mark}{'s' if k != 1 else ''}"
+    return text
