@@ -710,3 +710,33 @@ class Store:
             self.conn.execute("DELETE FROM idle_pods WHERE node = ?", (node,))
             self.conn.executemany("INSERT INTO idle_pods (node, pod, since) VALUES (?,?,?)",
                                   [(node, pod, since) for pod, since in idle.items()])
+
+    # === the events log ======================================================
+
+    def event_log(self, *, run_id: int | None = None, since: float | None = None,
+                  after_id: int | None = None, limit: int | None = None) -> list[dict]:
+        """Stored events oldest first, daemon-level ones (no run) included.
+
+        ``after_id`` gives only events stored after that one (``--follow``);
+        ``limit`` keeps the newest that many.
+        """
+        sql, params = "SELECT * FROM events WHERE 1=1", []
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        if since is not None:
+            sql += " AND time >= ?"
+            params.append(since)
+        if after_id is not None:
+            sql += " AND id > ?"
+            params.append(after_id)
+        sql += " ORDER BY id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return list(reversed(self._rows(sql, params)))
+
+    def daemon_events(self, limit: int = 5) -> list[dict]:
+        """The newest daemon-level events (no run: start, stop, tick failures, ...)."""
+        return list(reversed(self._rows(
+            "SELECT * FROM events WHERE run_id IS NULL ORDER BY id DESC LIMIT ?", (limit,))))

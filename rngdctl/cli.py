@@ -28,6 +28,7 @@ COMMANDS = [
     ("rngdctl.commands.daemon", "daemon"),
     ("rngdctl.commands.daemon", "gates"),
     ("rngdctl.commands.holders", "holders"),
+    ("rngdctl.commands.events", "events"),
     ("rngdctl.commands.doctor", "doctor"),
     ("rngdctl.commands.export", "export"),
     ("rngdctl.commands.demo", "demo"),
