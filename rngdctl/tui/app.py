@@ -40,6 +40,7 @@ from rngdctl.tui.widgets import (
     ConfirmScreen,
     CurrentRunPanel,
     DaemonBar,
+    EventsPanel,
     FilterBar,
     GatesPanel,
     HelpScreen,
@@ -141,7 +142,9 @@ class RngdApp(App[None]):
                     yield QueuePanel(id="queue")
             with Horizontal(id="bottom"):
                 yield HistoryPanel(id="history")
-                yield HoldersPanel(id="holders")
+                with Vertical(id="bottom-side"):
+                    yield HoldersPanel(id="holders")
+                    yield EventsPanel(id="daemon-events")
         yield FilterBar(placeholder="filter runs and holders (Enter keeps, Esc clears)",
                         id="filter")
         yield Footer()
@@ -149,6 +152,7 @@ class RngdApp(App[None]):
     def on_mount(self) -> None:
         for n, name in PANELS.items():
             self.query_one(f"#{name}").border_title = f"[{n}] {PANEL_TITLES[name]}"
+        self.query_one(EventsPanel).border_title = "daemon events"
         self.query_one("#daemon-bar", DaemonBar).update("reading the store…")
         self.refresh_data()
         self.set_interval(self.refresh_s, self._tick)
@@ -194,6 +198,7 @@ class RngdApp(App[None]):
         self.query_one(HistoryPanel).show(snapshot.history, snapshot.now, self.filter_text)
         self.query_one(HoldersPanel).show(snapshot.holders, snapshot.holders_time,
                                           snapshot.now, self.filter_text)
+        self.query_one(EventsPanel).show(snapshot.daemon_events)
         current = snapshot.current
         self.query_one(CurrentRunPanel).border_title = (
             "[1] current run" + (f" {run_label({'id': current.run_id, 'name': current.name})}"

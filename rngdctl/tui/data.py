@@ -32,6 +32,8 @@ HISTORY_LIMIT = 50
 EVENTS_LIMIT = 8
 #: Seconds between two readings of the step model's comparison of a running run.
 COMPARE_EVERY_S = 10.0
+#: Daemon-level events shown in the TUI (`rngdctl events` has them all).
+DAEMON_EVENTS = 3
 
 
 # === The view model ==========================================================
@@ -157,6 +159,15 @@ class HolderRow:
 
 
 @dataclass(frozen=True)
+class EventRow:
+    """A daemon-level event (no run): start, stop, tick failure, API outage, ..."""
+
+    time: float
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Snapshot:
     now: float
     home: str
@@ -167,6 +178,7 @@ class Snapshot:
     history: tuple[HistoryRow, ...]
     holders: tuple[HolderRow, ...]
     holders_time: float | None = None
+    daemon_events: tuple[EventRow, ...] = ()
 
 
 # === Downsampling ============================================================
@@ -356,7 +368,13 @@ class ViewSource:
             history=self.history(),
             holders=holders,
             holders_time=holders_time,
+            daemon_events=self.daemon_events(),
         )
+
+    def daemon_events(self, limit: int = DAEMON_EVENTS) -> tuple[EventRow, ...]:
+        return tuple(EventRow(e["time"], e["kind"], (e["message"] or "").splitlines()[0]
+                              if e["message"] else "")
+                     for e in self.store.daemon_events(limit))
 
     def daemon(self, now: float) -> DaemonView:
         row = self.store.daemon_state()

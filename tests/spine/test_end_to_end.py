@@ -53,8 +53,9 @@ def test_a_submitted_run_is_launched_followed_stored_and_written_up(home, rngdct
         assert store.run(run)["versions"]["torch"]
     code, out, err = rngdctl("export", str(run), "--out", str(tmp_path / "experiments"))
     assert code == 0, err
-    [note] = (tmp_path / "experiments").glob("*.md")
+    [note] = [p for p in (tmp_path / "experiments").glob("*.md") if p.name != "STATUS.md"]
     assert "12/12 steps" in note.read_text()
+    assert f"[{note.name}]({note.name})" in (tmp_path / "experiments/STATUS.md").read_text()
 
 
 def test_a_daemon_killed_mid_run_is_replaced_and_no_step_is_lost_or_doubled(home, rngdctl):

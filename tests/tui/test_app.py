@@ -112,6 +112,19 @@ async def test_holders_show_the_pod_and_run_and_mark_orphans_and_phantoms(make_a
     assert subtitle.startswith("2 holders, 1 orphan, 1 phantom")
 
 
+async def test_the_latest_daemon_events_are_shown_newest_last(make_app, settle, store):
+    store.add_event(None, "daemon", "daemon started (pid 11, launcher k8s)", now=NOW - 300)
+    store.add_event(7, "requeue", "a run's own event is not a daemon event", now=NOW - 200)
+    store.add_event(None, "k8s_unavailable", "list_pods: no answer\nsecond line", now=NOW - 100)
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        text = str(pilot.app.query_one("#events-text").content)
+    lines = text.splitlines()
+    assert lines[-2].endswith("daemon: daemon started (pid 11, launcher k8s)")
+    assert lines[-1].endswith("k8s_unavailable: list_pods: no answer")
+    assert "requeue" not in text
+
+
 async def test_header_says_when_no_daemon_runs_and_since_when(make_app, settle, store):
     store.daemon_stopped("SIGTERM", now=NOW - 600)
     async with make_app().run_test(size=(120, 40)) as pilot:

@@ -3,6 +3,7 @@
 from rngdctl.tui.widgets.confirm import ConfirmScreen
 from rngdctl.tui.widgets.current_run import CurrentRunPanel, RunPlots
 from rngdctl.tui.widgets.daemon_bar import DaemonBar
+from rngdctl.tui.widgets.events import EventsPanel
 from rngdctl.tui.widgets.filter_bar import FilterBar
 from rngdctl.tui.widgets.gates import GatesPanel
 from rngdctl.tui.widgets.help_screen import HelpScreen
@@ -15,7 +16,7 @@ from rngdctl.tui.widgets.series_plot import SeriesPlot
 from rngdctl.tui.widgets.submit_form import SubmitScreen
 
 __all__ = [
-    "ConfirmScreen", "CurrentRunPanel", "DaemonBar", "FilterBar", "GatesPanel", "HelpScreen",
+    "ConfirmScreen", "CurrentRunPanel", "DaemonBar", "EventsPanel", "FilterBar", "GatesPanel", "HelpScreen",
     "HistoryPanel", "HoldersPanel", "LogScreen", "QueuePanel", "RunDetailScreen", "RunPlots",
     "SeriesPlot", "SubmitScreen",
 ]
