@@ -184,6 +184,10 @@ class RngdApp(App[None]):
 
     @on(Refreshed)
     def show_snapshot(self, message: Refreshed) -> None:
+        if not self.query(DaemonBar):
+            # A refresh that finished while the app closes (--snapshot under load): the
+            # panels are gone, nothing to show.
+            return
         if self._freeze_gc and self.snapshot is None:
             # Everything alive after the first refresh (textual, rich, the widgets: about
             # 120,000 objects) lives as long as the app: keep it out of the collector's
