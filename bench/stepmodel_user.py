@@ -69,6 +69,7 @@ class Sample:
     compute_moved: float | None  # measured fwd_bwd / predicted fwd_bwd - 1
     wall_s: float
     load: tuple
+    split: list  # show's split: each phase, model and measured seconds, share of the error
 
 
 def residents(layers: int, cards: int) -> list[int]:
@@ -143,7 +144,7 @@ def one_sample(args, model: str, cards: int, resident: int, interleave: int, hog
     moved = fb["measured_s"] / fb["model_s"] - 1 if fb and fb["model_s"] else None
     return Sample(model, cards, resident, interleave, hog, m.get("error"), m.get("measured_s"),
                   m.get("model_s"), m.get("host_changed"), m.get("error_without_compute"),
-                  moved, wall, (load0, os.getloadavg()[0]))
+                  moved, wall, (load0, os.getloadavg()[0]), m.get("split", []))
 
 
 def verdict(samples: list[Sample]) -> tuple[str, bool]:

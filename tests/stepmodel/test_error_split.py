@@ -60,3 +60,28 @@ def test_a_move_inside_the_passes_own_spread_is_not_called_a_host_change():
     assert c.compute_moved == pytest.approx(0.05, abs=0.01)
     assert c.compute_spread > 0.05
     assert not c.host_changed
+
+
+def test_the_note_splits_the_error_by_phase_and_says_when_the_host_changed(store, recorded_run):
+    from rngdctl import export
+
+    baseline = make_pass(raw=False)
+    slower = make_pass({**KNOWN, "compute": KNOWN["compute"] * 1.1}, label="main", raw=False)
+    run = recorded_run(baseline, slower)
+
+    notes = export.collect(store, run).model_notes
+
+    c = stepmodel.for_run(store, run)
+    fwd = next(r for r in c.split() if r["phase"] == "fwd_bwd")
+    assert f"| fwd_bwd | {export.secs(fwd['model_s'])} | {export.secs(fwd['measured_s'])} | " \
+           f"{fwd['error'] * 100:+.1f} % |" in notes
+    assert f"**{c.host_notice()[0].upper()}{c.host_notice()[1:]}.**" in notes
+
+
+def test_the_note_of_a_steady_run_has_the_split_but_no_notice(store, recorded_run):
+    from rngdctl import export
+
+    run = recorded_run(make_pass(raw=False), make_pass(label="main", raw=False))
+    notes = export.collect(store, run).model_notes
+    assert "| phase | model | measured | share of the error |" in notes
+    assert not any("host changed" in line for line in notes)
