@@ -381,9 +381,10 @@ def model_rows(store: Store, report: RunReport) -> tuple[list[ModelRow], list[st
 
 def error_split_notes(comparison: stepmodel.Comparison) -> list[str]:
     """The error split into its terms, and the host-changed notice when it applies."""
-    lines = ["", f"The error, {stepmodel.format_error(comparison.error)}, phase by phase (each phase's share of "
-             "the error is its model less measured over the measured step):", "",
-             "| phase | model | measured | share of the error |", "| --- | --- | --- | --- |"]
+    intro = (f"The error, {stepmodel.format_error(comparison.error)}, phase by phase (each "
+             "phase's share of the error is its model less measured over the measured step):")
+    lines = ["", intro, "", "| phase | model | measured | share of the error |",
+             "| --- | --- | --- | --- |"]
     lines += [f"| {r['phase']} | {secs(r['model_s'])} | {secs(r['measured_s'])} | "
               f"{stepmodel.format_error(r['error'])} |" for r in comparison.split()]
     notice = comparison.host_notice()
