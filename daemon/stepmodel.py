@@ -87,6 +87,8 @@ SPLIT = ("fwd_bwd", "upload", "download", "host_optim", "device_optim", "wait", 
 #: the passes, whatever their spread: below it, the notice would fire on the
 #: few-percent differences one process's two passes show on a quiet host.
 HOST_MOVED = 0.02
+#: A median's standard error per IQR / sqrt(n), for normally spread values.
+MEDIAN_SE = 1.2533 / 1.349
 
 #: A term whose source starts with this was not measured.
 ESTIMATED = "estimated"
@@ -212,6 +214,7 @@ class Terms:
     baseline_tokens: float  # median tokens per step the baseline reports
     baseline_iqr: tuple[float, float]
     compute_iqr: tuple[float, float] | None = None  # quartiles of the baseline's fwd_bwd
+    compute_steps: int = 0  # how many steps those quartiles and the medians are over
 
     def all(self) -> list[Term]:
         return [self.compute, self.upload, self.download, self.host_optim,
@@ -311,6 +314,7 @@ def fit(baseline_steps: list[dict], baseline_config: dict | None = None, *,
                                           for s in chosen),
         baseline_iqr=stats.quartiles(times),
         compute_iqr=stats.quartiles([float(s["phases"]["fwd_bwd"]) for s in chosen]),
+        compute_steps=len(chosen),
     )
 
 
@@ -431,20 +435,23 @@ class Comparison:
 
     @property
     def compute_spread(self) -> float:
-        """How far apart the two passes' fwd_bwd medians may be before their IQRs part.
+        """How far apart the two passes' fwd_bwd medians may fall by chance, relative.
 
-        Half the baseline's interquartile width plus half the main pass's,
-        each relative to its own median: within it, the two passes computed
-        at the same speed as far as their own step-to-step spread can tell.
+        Twice the standard error of their difference: each median's standard
+        error taken as MEDIAN_SE x IQR / sqrt(steps) of its own pass (for
+        normally spread steps, 1.2533 sigma / sqrt(n) with sigma = IQR / 1.349),
+        relative to its median. A move beyond it is the host, not chance.
         """
-        halves = []
-        for iqr, median in ((self.prediction.terms.compute_iqr,
-                             self.prediction.terms.compute.seconds),
-                            (self.measured_compute_iqr, self.measured_phases["fwd_bwd"])):
-            if iqr is None or median <= 0:
+        errors = []
+        for iqr, median, n in ((self.prediction.terms.compute_iqr,
+                                self.prediction.terms.compute.seconds,
+                                self.prediction.terms.compute_steps),
+                               (self.measured_compute_iqr, self.measured_phases["fwd_bwd"],
+                                self.steps)):
+            if iqr is None or median <= 0 or n < 1:
                 return math.nan
-            halves.append((iqr[1] - iqr[0]) / median / 2)
-        return sum(halves)
+            errors.append(MEDIAN_SE * (iqr[1] - iqr[0]) / median / math.sqrt(n))
+        return 2 * math.hypot(*errors)
 
     @property
     def host_changed(self) -> bool:
@@ -477,7 +484,7 @@ class Comparison:
         moved = self.compute_moved
         return (f"the host changed between the passes: the same device compute (fwd_bwd) took "
                 f"{abs(moved) * 100:.1f} % {'longer' if moved > 0 else 'less time'} in the asked "
-                f"config than in the baseline (more than the passes' own spread, "
+                f"config than in the baseline (more than the passes' own spread allows, "
                 f"{self.compute_spread * 100:.1f} %); the rest of the model is off by "
                 f"{self.error_without_compute * 100:+.1f} %")
 

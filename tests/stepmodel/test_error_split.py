@@ -85,3 +85,18 @@ def test_the_note_of_a_steady_run_has_the_split_but_no_notice(store, recorded_ru
     notes = export.collect(store, run).model_notes
     assert "| phase | model | measured | share of the error |" in notes
     assert not any("host changed" in line for line in notes)
+
+
+def test_the_spread_the_notice_allows_shrinks_with_more_steps():
+    short = compared({**KNOWN, "compute": KNOWN["compute"] * 1.08}, compute_spread=0.2)
+    terms = stepmodel.fit(make_pass(steps=65))
+    measured = make_pass({**KNOWN, "compute": KNOWN["compute"] * 1.08}, label="main", steps=65)
+    for n, s in enumerate(measured):
+        f = 1 + 0.2 * (-1, -0.5, 0, 0.5, 1)[n % 5]
+        s["step_s"] += s["phases"]["fwd_bwd"] * (f - 1)
+        s["phases"]["fwd_bwd"] *= f
+    long = stepmodel.compare(stepmodel.predict(terms, terms.baseline), measured)
+    # Four times the steady steps (60 against 15), the same step-to-step spread:
+    # each median is twice as sure, and the same 8 % move now says the host changed.
+    assert long.compute_spread == pytest.approx(short.compute_spread / 2, rel=0.05)
+    assert long.host_changed and not short.host_changed
