@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from tolerances import gamma
 
 from trainer import records
 from trainer.records import PHASES, End, Event, Malformed, Start, Step
@@ -94,7 +95,8 @@ def test_step_records_have_phases_that_add_up_and_the_step_model_fields(baseline
     assert main[0].extra["offloaded_layers"] == 2 and base[0].extra["offloaded_layers"] == 4
     assert base[0].phases["upload"] > 0 and base[0].phases["host_optim"] > 0
     # Same seed, same data: the passes start from the same loss whatever the placement.
-    assert main[0].loss == pytest.approx(base[0].loss, rel=1e-5)
+    # Same weights, same kernels: only the loss's own sums may be reordered (tolerances.py).
+    assert main[0].loss == pytest.approx(base[0].loss, rel=gamma(2 * 64 + 128))
 
 
 def test_bad_input_is_one_line_exit_2_without_traceback(trainer_cli):

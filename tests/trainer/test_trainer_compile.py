@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_trainer_numerics import assert_same, engine_losses_on, plain_losses
+from test_trainer_numerics import PATH, assert_same, engine_losses_on, plain_losses
 
 from trainer.compile import run_compile
 from trainer.records import End, Event, RecordWriter, parse_line
@@ -35,4 +35,5 @@ def test_compile_records_each_graph_and_how_long_it_took():
 def test_compiled_graphs_give_the_plain_loop_losses(synthetic_steps):
     ref, _ = plain_losses(synthetic_steps[:3])
     got = engine_losses_on("cpu-compiled,cpu-compiled", synthetic_steps[:3], resident=1)
-    assert_same(got, ref)
+    # Compiled graphs fuse and reorder the forward's sums too: every sum on the path may differ.
+    assert_same(got, ref, ref.tolerances(forward_terms=PATH))

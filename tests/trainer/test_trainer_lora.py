@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_trainer_numerics import assert_same, engine_losses
+from test_trainer_numerics import assert_same, engine_losses, plain_losses
 
 from trainer import models
 
@@ -35,8 +35,10 @@ def test_lora_adapters_alone_fit_a_batch(synthetic_steps):
 
 
 def test_lora_losses_do_not_depend_on_placement(synthetic_steps):
-    ref, _ = engine_losses(synthetic_steps, resident=4, cards=1, lora=4)
+    ref, _ = plain_losses(synthetic_steps, lora=4)
+    resident, _ = engine_losses(synthetic_steps, resident=4, cards=1, lora=4)
     got, engine = engine_losses(synthetic_steps, resident=0, cards=2, lora=4)
+    assert_same(resident, ref)
     assert_same(got, ref)
     # Offloaded layers keep only the adapters on the host.
     trainable = sum(m.numel() for s in engine.slots for m in s.host_master.values())
