@@ -6,13 +6,16 @@ launchers turn the config into the trainer's argv with ``trainer_argv``.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from daemon.errors import BadInput
 
-#: Named model configs the trainer builds without a download.
-KNOWN_MODELS = ("tiny-llama", "tiny-qwen2", "llama-3.1-8b-mini")
+#: Named model configs the trainer builds without a download, with their decoder
+#: layers (trainer/models.py NAMED; tests/spine/test_bad_input.py checks they agree).
+MODEL_LAYERS = {"tiny-llama": 4, "tiny-qwen2": 4, "llama-3.1-8b-mini": 8}
+KNOWN_MODELS = tuple(MODEL_LAYERS)
 
 DEFAULTS = {
     "steps": 200,
@@ -39,10 +42,17 @@ _BACKEND = re.compile(r"^(cpu|cuda(:\d+)?|furiosa:(auto|\d+))$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
+#: The largest integer option: a count past it is a typo, and every count must fit
+#: the store's and the trainer's 64-bit integers with room to add to it.
+MOST = 2 ** 31 - 1
+
+
 def _at_least(options: dict, key: str, low: float) -> None:
     value = options[key]
     if value is None or value < low:
         raise BadInput(f"--{key.replace('_', '-')} must be >= {low:g}, got {value}")
+    if isinstance(value, int) and value > MOST:
+        raise BadInput(f"--{key.replace('_', '-')} must be <= {MOST}, got {value}")
 
 
 def _check_model(model: str) -> str:
@@ -102,6 +112,12 @@ def validate(options: dict) -> dict:
                        f"(at most 63, starting with a letter or digit)")
     config["model"] = _check_model(config["model"])
     config["data"] = _check_data(config["data"])
+    layers = model_layers(config["model"])
+    if layers is not None:
+        # The one placement rule (refuse, never clamp), shared with `model` and the trainer.
+        from daemon.stepmodel import check_placement
+
+        check_placement(layers, config["cards"], config["resident"])
     return config
 
 
@@ -113,6 +129,17 @@ def interleave_default(backend: str) -> int:
     which a config sized to the card would not survive.
     """
     return INTERLEAVE_BLOCK if backend == "cpu" else 0
+
+
+def model_layers(model: str) -> int | None:
+    """Decoder layers of a checked --model; None when a folder's config.json does not say."""
+    if model in MODEL_LAYERS:
+        return MODEL_LAYERS[model]
+    try:
+        layers = json.loads((Path(model) / "config.json").read_text())["num_hidden_layers"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # the trainer reads the folder itself and refuses what it cannot place
+    return layers if isinstance(layers, int) and layers > 0 else None
 
 
 def trainer_argv(run: dict, *, log_path: str | None, python: str | None,

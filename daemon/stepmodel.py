@@ -112,6 +112,22 @@ def blocks(layers: int, cards: int) -> list[int]:
     return [base + (1 if c < extra else 0) for c in range(cards)]
 
 
+def check_placement(layers: int, cards: int, resident_per_card: int) -> None:
+    """Refuse a placement the trainer cannot make (BadInput); never clamp it.
+
+    One rule for ``submit``, ``model`` and the trainer (trainer/engine.py
+    ``Placement.plan`` refuses the same configs with the same words): every card
+    needs a layer, and a card cannot keep more layers resident than its block holds.
+    """
+    if cards > layers:
+        raise BadInput(f"{cards} cards for {layers} layers: every card needs a layer")
+    most = min(blocks(layers, cards))
+    if resident_per_card > most:
+        raise BadInput(
+            f"{resident_per_card} resident layers per card is more than the {most} "
+            f"layers a card holds ({layers} layers on {cards} cards)")
+
+
 @dataclass(frozen=True)
 class Shape:
     """A training config as the step-time model sees it; one that cannot exist is BadInput."""
@@ -127,14 +143,7 @@ class Shape:
         if self.layers < 1 or self.cards < 1 or self.accum < 1 or self.seq_len < 1 \
                 or self.micro_batch < 1 or self.resident_per_card < 0:
             raise BadInput(f"not a config the model can price: {self.describe()}")
-        if self.cards > self.layers:
-            raise BadInput(f"{self.cards} cards for {self.layers} layers: "
-                           "every card needs a layer")
-        most = min(blocks(self.layers, self.cards))
-        if self.resident_per_card > most:
-            raise BadInput(
-                f"{self.resident_per_card} resident layers per card is more than the {most} "
-                f"layers a card holds ({self.layers} layers on {self.cards} cards)")
+        check_placement(self.layers, self.cards, self.resident_per_card)
 
     @property
     def resident(self) -> int:

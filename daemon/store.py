@@ -210,6 +210,29 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def _as_run_id(ref: int | str) -> int | None:
+    """The run id ``ref`` spells, or None when it cannot be one.
+
+    ASCII digits only (``str.isdigit`` also accepts "²"), and within SQLite's
+    integer range: a larger number is no run's id, never an OverflowError.
+    """
+    if isinstance(ref, int):
+        value = ref
+    elif isinstance(ref, str) and ref.isascii() and ref.isdigit():
+        value = int(ref)
+    else:
+        return None
+    return value if 0 <= value < 2 ** 63 else None
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class Store:
     """An open rngdctl.db. Cheap to open; open one per process."""
 
@@ -298,9 +321,10 @@ class Store:
     def run(self, ref: int | str) -> dict:
         """A run by id, or by name (the newest of that name)."""
         rows: list[dict] = []
-        if isinstance(ref, int) or str(ref).isdigit():
-            rows = self._rows("SELECT * FROM runs WHERE id = ?", [int(ref)])
-        if not rows:
+        run_id = _as_run_id(ref)
+        if run_id is not None:
+            rows = self._rows("SELECT * FROM runs WHERE id = ?", [run_id])
+        if not rows and _is_utf8(str(ref)):  # a name from undecodable bytes names no run
             rows = self._rows("SELECT * FROM runs WHERE name = ? ORDER BY id DESC LIMIT 1",
                               [str(ref)])
         if not rows:

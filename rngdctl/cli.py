@@ -81,10 +81,23 @@ def main(argv=None):
         click.echo("Aborted.", err=True)
         sys.exit(1)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(usage_line(exc), err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(0)
+
+
+def usage_line(exc: click.ClickException) -> str:
+    """Click's error as ONE line: the message, and where the usage is.
+
+    Click prints the usage, a hint and the message on three lines; scripts and
+    people read the first line of stderr, so it must say what was wrong.
+    """
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        return f"Error: {message} (see '{ctx.command_path} --help')"
+    return f"Error: {message}"

@@ -82,6 +82,13 @@ class Placement:
             raise UsageError(f"{cards} cards for {layers} layers: every card needs a layer")
         if resident_per_card < 0:
             raise UsageError("--resident-layers must be 0 or more")
+        # Refused, never clamped: the same rule and words as daemon/stepmodel.check_placement,
+        # so that what `submit` and `model` accept is what the trainer runs.
+        most = min(hi - lo for lo, hi in (_block(layers, cards, c) for c in range(cards)))
+        if resident_per_card > most:
+            raise UsageError(
+                f"{resident_per_card} resident layers per card is more than the {most} "
+                f"layers a card holds ({layers} layers on {cards} cards)")
         card_of, resident = [], []
         for c in range(cards):
             # Blocks as even as possible, the extra layers on the first cards.

@@ -57,6 +57,15 @@ class ModelSpec:
     folder: Path | None  # None for a named config
 
     @property
+    def layers(self) -> int:
+        """Decoder layers, read from the config without building the model."""
+        if self.folder is None:
+            return NAMED[self.name][1]["num_hidden_layers"]
+        import json
+
+        return int(json.loads((self.folder / "config.json").read_text())["num_hidden_layers"])
+
+    @property
     def has_tokenizer(self) -> bool:
         return self.folder is not None and any(
             (self.folder / f).exists() for f in ("tokenizer.json", "tokenizer.model")

@@ -120,12 +120,15 @@ class Recipe:
         import torch
 
         from trainer import backends, data, models, tokenizer
+        from trainer.engine import Placement
 
         cfg = self.cfg
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         self.spec = models.resolve(cfg.model)
         self.backends = backends.parse(cfg.backend)
+        # Refuse a placement that cannot be made before any record is written.
+        Placement.plan(self.spec.layers, len(self.backends), cfg.resident_layers, tied=False)
         self.source = data.open_source(cfg.data)
         self.tokenizer = None
         if self.source.kind != "synthetic":
@@ -157,13 +160,6 @@ class Recipe:
         model = models.build(self.spec, self.vocab, cfg.seed)
         if cfg.lora:
             models.add_lora(model, cfg.lora, seed=cfg.seed)
-        per_card_min = min(len(b) for b in _blocks(models.num_layers(model), len(self.backends)))
-        if resident > per_card_min:
-            self.event("resident_clamped",
-                       f"--resident-layers {resident} is more than the {per_card_min} layers a "
-                       f"card holds; using {per_card_min}", data={"asked": resident,
-                                                                  "used": per_card_min})
-            resident = per_card_min
         return LayerEngine(model, self.backends, resident, cfg.lr, cfg.weight_decay,
                            cfg.max_grad_norm, checkpoint=cfg.checkpoint,
                            should_stop=self.should_stop)
@@ -361,12 +357,6 @@ class _Pass:
     def finish(self) -> PassSummary:
         self.engine = None
         return self.summary
-
-
-def _blocks(layers: int, cards: int) -> list[range]:
-    from trainer.engine import _block
-
-    return [range(*_block(layers, cards, c)) for c in range(cards)]
 
 
 def host_peak_rss_gb() -> float:

@@ -37,7 +37,7 @@ def model(home, as_json, baseline_run, cards, resident, seq_len, accum, card_gb,
     Prints the predicted split by phase beside the baseline's, every term with
     where it came from, and whether the resident layers fit in a card's memory.
 
-    Example: rngdctl model --baseline 12 --cards 2 --resident 8
+    Example: rngdctl model --baseline 12 --cards 2 --resident 1
     """
     from daemon import stepmodel
 

@@ -75,7 +75,7 @@ class CardsParam(click.ParamType):
 def submit(home, as_json, after, priority, **options):
     """Queue a run; prints its id.
 
-    Example: rngdctl submit --cards 2 --resident 8 --steps 200 --baseline
+    Example: rngdctl submit --cards 2 --resident 1 --steps 200 --baseline
     """
     from daemon.queueing import queue_run
     from daemon.runspec import validate

@@ -76,7 +76,7 @@ def submit(store):
     from daemon.runspec import validate
 
     def add(**options):
-        options = {"cards": 2, "resident": 4, "steps": 5, **options}
+        options = {"cards": 2, "resident": 2, "steps": 5, **options}
         return store.add_run(validate(options), name=options.get("name"))
 
     return add

@@ -40,11 +40,11 @@ def test_the_launch_event_records_what_the_job_really_has(cluster, running, stor
 
 
 def test_the_trainer_argv_is_a_list_with_the_run_settings(cluster, running):
-    _, name = running(cards=2, resident=6, steps=40, baseline=True)
+    _, name = running(model="llama-3.1-8b-mini", cards=2, resident=3, steps=40, baseline=True)
     container = cluster.get("batch/v1/jobs", name)["spec"]["template"]["spec"]["containers"][0]
     argv = container["command"]
     assert argv[:4] == ["python", "-m", "trainer", "train"]
-    assert argv[argv.index("--resident-layers") + 1] == "6"
+    assert argv[argv.index("--resident-layers") + 1] == "3"
     assert argv[argv.index("--steps") + 1] == "40"
     assert "--baseline" in argv  # the all-offload pass runs first, in the same Job
     assert container["image"] == IMAGE

@@ -25,11 +25,11 @@ def test_bad_submit_values_get_one_line_and_exit_2(rngdctl, args, message):
 
 
 def test_submit_prints_the_id_and_runs_lists_it(rngdctl):
-    code, out, _ = rngdctl("submit", "--cards", "2", "--resident", "8", "--name", "r200")
+    code, out, _ = rngdctl("submit", "--cards", "2", "--resident", "1", "--name", "r200")
     assert (code, out.strip()) == (0, "1")
     code, out, _ = rngdctl("runs", "--json")
     [run] = json.loads(out)
-    assert (run["name"], run["status"], run["config"]["resident"]) == ("r200", "queued", 8)
+    assert (run["name"], run["status"], run["config"]["resident"]) == ("r200", "queued", 1)
 
 
 def test_submit_json_is_an_object_with_the_validated_config(rngdctl):
@@ -109,11 +109,12 @@ def test_every_command_has_help_with_an_example():
         assert command.help and "Example:" in command.help, attr
 
 
-def test_submit_knows_exactly_the_models_the_trainer_builds():
-    from daemon.runspec import KNOWN_MODELS
+def test_submit_knows_exactly_the_models_and_layer_counts_the_trainer_builds():
+    from daemon.runspec import KNOWN_MODELS, MODEL_LAYERS
     from trainer.models import NAMED
 
     assert set(KNOWN_MODELS) == set(NAMED)
+    assert MODEL_LAYERS == {name: kwargs["num_hidden_layers"] for name, (_, kwargs) in NAMED.items()}
 
 
 def test_a_file_that_is_not_a_database_is_one_line_and_left_alone(rngdctl, home):
