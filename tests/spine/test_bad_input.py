@@ -50,8 +50,8 @@ def test_bad_input_is_one_stderr_line_and_exit_2(rngdctl, args):
 
 
 def test_a_usage_error_names_the_problem_and_where_the_help_is(rngdctl):
-    code, _, err = rngdctl("submit", "--cards", "1")
-    assert (code, err) == (2, ("Error: Missing option '--resident'. "
+    code, _, err = rngdctl("submit", "--resident", "1")
+    assert (code, err) == (2, ("Error: Missing option '--cards'. "
                                "(see 'rngdctl submit --help')\n"))
 
 
