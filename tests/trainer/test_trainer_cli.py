@@ -134,12 +134,16 @@ def test_sigterm_writes_a_cancelled_end_record_and_exits_promptly(tmp_path):
     while '"kind":"step"' not in first:
         first = proc.stdout.readline()
         assert first, proc.stderr.read()
-    t0 = time.monotonic()
+    signalled = time.time()
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
-    assert time.monotonic() - t0 < 5
-    end = parsed(out)[-1]
+    recs = parsed(out)
+    end = recs[-1]
     assert isinstance(end, End) and end.status == "cancelled"
+    # Promptly, counted in steps rather than seconds (a loaded host stretches seconds):
+    # at most the step in progress when the signal came finishes after it.
+    after = [r for r in recs if isinstance(r, Step) and r.time > signalled]
+    assert len(after) <= 1, [r.step for r in after]
     assert proc.returncode == 128 + signal.SIGTERM
 
 
