@@ -69,7 +69,8 @@ def cli(ctx, home):
 
 def main(argv=None):
     try:
-        cli.main(args=argv, prog_name="rngdctl", standalone_mode=False)
+        # standalone_mode=False hands back ctx.exit(N)'s N (``gates`` exits 1 when blocked).
+        code = cli.main(args=argv, prog_name="rngdctl", standalone_mode=False)
     except RngdctlError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -87,7 +88,7 @@ def main(argv=None):
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) and not isinstance(code, bool) else 0)
 
 
 def usage_line(exc: click.ClickException) -> str:

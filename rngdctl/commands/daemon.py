@@ -69,7 +69,7 @@ def daemon(home, launcher, tick, exit_when_idle, **k8s_flags):
 
 def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) -> dict:
     """Read the probes now and evaluate every gate for the head of the queue."""
-    from daemon import gates
+    from daemon import gates, liveness
     from daemon.probes import read_host
 
     config = _k8s_overrides(home.config(), **k8s_flags)
@@ -84,6 +84,7 @@ def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) 
             launcher.close()
         result = gates.evaluate(host=host, cluster=cluster, cards=need,
                                 active=store.active_runs(), load_max=config.gates.load_max)
+        live = liveness.for_home(home, store)
     return {
         "run": head["id"] if head else None,
         "cards": need,
@@ -91,6 +92,8 @@ def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) 
         "gates": [g.as_dict() for g in result],
         "holders": [h.as_dict() for h in host.holders],
         "visibility": host.visibility_note,
+        "daemon": live.as_dict(),
+        "daemon_summary": live.summary(),
     }
 
 
@@ -104,12 +107,22 @@ def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) 
 def gates(home, launcher, cards, as_json, **k8s_flags):
     """Read the probes now and print each gate's reading, threshold and verdict.
 
+    Exits 0 when every gate passes and 1 when one blocks (scripts rely on it),
+    with or without --json. The verdicts are read now, not stored; when no
+    daemon runs, a last line says so: nothing launches until one starts.
+
     Example: rngdctl gates --json
     """
     reading = read_gates(home, launcher, cards, **k8s_flags)
     if as_json:
         echo_json(reading)
-        return
+    else:
+        _print_gates(reading)
+    if not reading["passed"]:
+        click.get_current_context().exit(1)
+
+
+def _print_gates(reading: dict) -> None:
     who = f"run {reading['run']}" if reading["run"] else "no queued run"
     click.echo(f"gates for {who}, {reading['cards']} card(s): "
                + ("all pass" if reading["passed"] else "BLOCKED"))
@@ -118,3 +131,5 @@ def gates(home, launcher, cards, as_json, **k8s_flags):
         click.echo(f"  {glyph[g['verdict']]} {g['name']:<14} {fmt(g['reading'])!s:>8}  "
                    f"{g['threshold']:<12} {g['detail']}")
     click.echo(f"  ({reading['visibility']})")
+    if reading["daemon_summary"]:
+        click.echo(f"  {reading['daemon_summary']}: nothing launches until a daemon starts")

@@ -115,28 +115,42 @@ def runs(home, as_json, show_all):
 
     Example: rngdctl runs --json
     """
+    from daemon import liveness
+    from daemon.store import ACTIVE
+
+    now = time.time()
     with home.store() as store:
         rows = store.runs(limit=None if show_all else 50)
         counts = {r["id"]: store.step_counts(r["id"]) for r in rows}
+        live = liveness.for_home(home, store, now)
+
+    def as_of(run: dict) -> float | None:
+        # An active status is only kept current by a running daemon.
+        return live.as_of if run["status"] in ACTIVE else None
+
     if as_json:
-        echo_json([{**r, "steps_done": counts[r["id"]].get("main", 0)} for r in rows])
+        echo_json([{**r, "steps_done": counts[r["id"]].get("main", 0), "as_of": as_of(r)}
+                   for r in rows])
         return
+    stale = [r for r in rows if as_of(r) is not None]
+    if not live.running:
+        click.echo(live.summary(now) + ("; a status marked * is as of then" if stale else ""))
     if not rows:
         click.echo("no runs")
         return
-    now = time.time()
     click.echo(f"{'id':>4}  {'name':<16} {'status':<10} {'cards':>5} {'res':>4} "
                f"{'steps':>11}  {'model':<16} created")
     for r in rows:
         c = r["config"]
         progress = f"{counts[r['id']].get('main', 0)}/{c['steps']}"
-        click.echo(f"{r['id']:>4}  {(r['name'] or '–')[:16]:<16} {r['status']:<10} "
+        status = r["status"] + ("*" if as_of(r) is not None else "")
+        click.echo(f"{r['id']:>4}  {(r['name'] or '–')[:16]:<16} {status:<10} "
                    f"{c['cards']:>5} {c['resident']:>4} {progress:>11}  "
                    f"{str(c['model'])[-16:]:<16} {_ago(r['created'], now)}")
 
 
-def run_details(store, run_ref) -> dict:
-    """Everything ``show`` prints, as data."""
+def run_details(store, run_ref, live) -> dict:
+    """Everything ``show`` prints, as data; ``live``: the daemon's Liveness."""
     from daemon import stats, stepmodel
     from daemon.errors import ModelFitError
     from daemon.store import ACTIVE, QUEUED
@@ -157,12 +171,15 @@ def run_details(store, run_ref) -> dict:
     if run["status"] == QUEUED and checks and not checks[-1]["passed"]:
         since = store.blocked_since(run["id"])
         blocking = [g for g in checks[-1]["gates"] if g["verdict"] == "fail"]
-        waiting = {"blocked_since": since,
+        # No daemon: nobody checks any more, so the verdict and its duration stop
+        # at the last stored check.
+        waiting = {"blocked_since": since, "as_of": None if live.running else checks[-1]["time"],
                    "blocked_by": [f"{g['name']}: {g['detail']}" for g in blocking]}
     from daemon.queueing import waiting_for
 
     return {
         "run": run,
+        "daemon": live.as_dict(),
         "active": run["status"] in ACTIVE,
         "waiting": waiting,
         "after": waiting_for(store, run),
@@ -203,8 +220,13 @@ def show(home, as_json, run_ref):
 
     Example: rngdctl show 3
     """
+    from daemon import liveness
+    from daemon.store import FINISHED
+
+    now = time.time()
     with home.store() as store:
-        details = run_details(store, run_ref)
+        live = liveness.for_home(home, store, now)
+        details = run_details(store, run_ref, live)
     if as_json:
         echo_json(details)
         return
@@ -212,6 +234,9 @@ def show(home, as_json, run_ref):
     c = run["config"]
     click.echo(f"run {run['id']}" + (f" ({run['name']})" if run["name"] else "")
                + f": {run['status']}" + (f", attempt {run['attempts']}" if run["attempts"] else ""))
+    if not live.running:
+        click.echo(f"  {live.summary(now)}"
+                   + ("" if run["status"] in FINISHED else ": this status is as of then"))
     if run.get("exit_reason"):
         click.echo(f"  reason: {run['exit_reason'].splitlines()[0]}")
     if details["after"]:
@@ -220,9 +245,11 @@ def show(home, as_json, run_ref):
         click.echo(f"  priority {run['priority']}")
     waiting = details["waiting"]
     if waiting:
-        since = waiting["blocked_since"]
-        click.echo(f"  blocked{' ' + _ago(since, time.time()).removesuffix(' ago') if since else ''}"
-                   f": {'; '.join(waiting['blocked_by'])}")
+        since, as_of = waiting["blocked_since"], waiting["as_of"]
+        until = as_of if as_of is not None else now
+        click.echo(f"  blocked{' ' + _ago(since, until).removesuffix(' ago') if since else ''}"
+                   + (f" as of {liveness.when(as_of)}" if as_of is not None else "")
+                   + f": {'; '.join(waiting['blocked_by'])}")
     click.echo("  config: " + ", ".join(f"{k}={c[k]}" for k in (
         "model", "cards", "resident", "steps", "seq_len", "accum", "lr", "data", "seed",
         "backend", "baseline") if k in c))
@@ -245,7 +272,8 @@ def show(home, as_json, run_ref):
     if lr:
         click.echo(f"  host load during the run: {lr[0]:.1f}-{lr[1]:.1f}")
     if details["gate_checks"]:
-        click.echo("  gate checks (latest):")
+        click.echo("  gate checks (latest):" if live.running else
+                   f"  gate checks (stored; as of {liveness.when(live.as_of)}, not current):")
         for check in details["gate_checks"][-3:]:
             verdicts = ", ".join(f"{g['name']} {g['verdict']} ({fmt(g['reading'])})"
                                  for g in check["gates"])

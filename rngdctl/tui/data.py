@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon import holders as holders_mod
-from daemon import stats, stepmodel
+from daemon import liveness, stats, stepmodel
 from daemon.errors import RngdctlError
 from daemon.store import ACTIVE, FINISHED, QUEUED, Store
 from trainer import records
@@ -26,8 +26,6 @@ from trainer import records
 PLOT_BUCKETS = 100
 #: The host-load sparkline covers this many seconds.
 LOAD_WINDOW_S = 3600.0
-#: A heartbeat older than this many ticks means the daemon is not answering.
-STALE_TICKS = 3
 HISTORY_LIMIT = 50
 EVENTS_LIMIT = 8
 #: Seconds between two readings of the step model's comparison of a running run.
@@ -41,7 +39,8 @@ DAEMON_EVENTS = 3
 
 @dataclass(frozen=True)
 class DaemonView:
-    """``state``: alive, stale (no heartbeat lately), stopped, or never (no daemon ran here)."""
+    """``state``: alive; down (killed or hung: no heartbeat for three ticks, or its pid is
+    gone); stopped; or never (no daemon ran here). See daemon/liveness.py."""
 
     state: str
     pid: int | None = None
@@ -49,8 +48,9 @@ class DaemonView:
     node: str | None = None
     home: str | None = None
     heartbeat_age: float | None = None
-    since: float | None = None  # stopped: when; alive: started
+    since: float | None = None  # alive: started; down: last heartbeat; stopped: when
     stop_reason: str | None = None
+    pid_gone: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class GatesView:
     blocked_by: str | None = None
     load_now: float | None = None
     load_series: tuple[float, ...] = ()
+    as_of: float | None = None  # no daemon runs: the stored verdicts are as of this time
 
 
 @dataclass(frozen=True)
@@ -361,8 +362,8 @@ class ViewSource:
         return Snapshot(
             now=now,
             home=self.home,
-            daemon=self.daemon(now),
-            gates=self.gates(now, queue),
+            daemon=(daemon := self.daemon(now)),
+            gates=self.gates(now, queue, None if daemon.state == liveness.ALIVE else daemon.since),
             queue=tuple(self._queue_row(r, now) for r in queue),
             current=self.current(now),
             history=self.history(),
@@ -377,31 +378,26 @@ class ViewSource:
                      for e in self.store.daemon_events(limit))
 
     def daemon(self, now: float) -> DaemonView:
-        row = self.store.daemon_state()
-        if row is None:
-            return DaemonView("never", home=self.home)
-        common = {"pid": row["pid"], "launcher": row["launcher"], "node": row["node"],
-                      "home": row["home"] or self.home,
-                      "heartbeat_age": None if row["heartbeat"] is None else now - row["heartbeat"],
-                      "stop_reason": row["stop_reason"]}
-        if row["stopped"] is not None:
-            return DaemonView("stopped", since=row["stopped"], **common)
-        age = common["heartbeat_age"]
-        if age is not None and age <= max(STALE_TICKS * self.tick, 10.0):
-            return DaemonView("alive", since=row["started"], **common)
-        return DaemonView("stale", since=row["heartbeat"], **common)
+        live = liveness.read(self.store.daemon_state(), self.tick, now, home=self.home)
+        return DaemonView(
+            live.state, pid=live.pid, launcher=live.launcher, node=live.node,
+            home=live.home or self.home,
+            heartbeat_age=None if live.heartbeat is None else now - live.heartbeat,
+            since=live.since, stop_reason=live.stop_reason, pid_gone=live.pid_gone)
 
-    def gates(self, now: float, queue: list[dict]) -> GatesView:
+    def gates(self, now: float, queue: list[dict], as_of: float | None = None) -> GatesView:
+        """The head of the queue's latest stored check; ``as_of``: when no daemon runs, the
+        time stored state was last kept current (durations stop at the last check)."""
         loads = self.store.load_series(since=now - LOAD_WINDOW_S)
         load_series = tuple(load for _, load in loads)
         load_now = load_series[-1] if load_series else None
         head = next((r for r in queue if not r["held"]), None)
         if head is None:
-            return GatesView(load_now=load_now, load_series=load_series)
+            return GatesView(load_now=load_now, load_series=load_series, as_of=as_of)
         checks = self.store.gate_checks(run_id=head["id"], limit=1)
         if not checks:
             return GatesView(run_id=head["id"], run_label=run_label(head), load_now=load_now,
-                             load_series=load_series)
+                             load_series=load_series, as_of=as_of)
         check = checks[-1]
         rows = tuple(GateRow(g.get("name", "?"), _text(g.get("reading")),
                              _text(g.get("threshold")), g.get("verdict", "n/a"),
@@ -410,12 +406,13 @@ class ViewSource:
         blocked_for = blocked_by = None
         if not check["passed"]:
             since = self.store.blocked_since(head["id"])
-            blocked_for = None if since is None else max(0.0, now - since)
+            until = now if as_of is None else check["time"]
+            blocked_for = None if since is None else max(0.0, until - since)
             blocked_by = "; ".join(r.detail or r.name for r in rows if r.verdict == "fail")
         return GatesView(run_id=head["id"], run_label=run_label(head),
                          checked_at=check["time"], passed=bool(check["passed"]), rows=rows,
                          blocked_for=blocked_for, blocked_by=blocked_by or None,
-                         load_now=load_now, load_series=load_series)
+                         load_now=load_now, load_series=load_series, as_of=as_of)
 
     @staticmethod
     def _queue_row(run: dict, now: float) -> QueueRow:
@@ -611,7 +608,7 @@ STATUS_GLYPHS = {
     "timeout": "⌛", "cancelled": "⊘",
 }
 VERDICT_GLYPHS = {"pass": "✓", "fail": "✗", "n/a": "–"}
-DAEMON_GLYPHS = {"alive": "●", "stale": "◐", "stopped": "○", "never": "○"}
+DAEMON_GLYPHS = {"alive": "●", "down": "✗", "stopped": "○", "never": "○"}
 
 
 def status_text(status: str, held: bool = False) -> str:

@@ -1,4 +1,5 @@
 import json
+import os
 
 from daemon import stepmodel
 from daemon.ingest import Ingest
@@ -47,7 +48,7 @@ def test_show_of_a_run_without_a_baseline_has_no_model_line(store, rngdctl):
     assert "main: 12/12 steps" in text
 
 
-def test_show_of_a_waiting_run_says_what_blocks_it_and_for_how_long(store, rngdctl):
+def test_show_of_a_waiting_run_says_what_blocks_it_and_for_how_long(home, store, rngdctl):
     import time
 
     run = store.add_run({"cards": 1, "resident": 2, "steps": 12, "model": "tiny-llama"})
@@ -55,6 +56,8 @@ def test_show_of_a_waiting_run_says_what_blocks_it_and_for_how_long(store, rngdc
               "detail": "pid 4121 python bench.py (kim) holds /dev/rngd/npu0pe0-3"}
     for minutes_ago in (14, 7, 0):
         store.add_gate_check(run, [holder], False, now=time.time() - 60 * minutes_ago)
+    # A daemon that ticks keeps the verdict current (test_daemon_down.py: when none does).
+    store.daemon_started(pid=os.getpid(), launcher="local", home=str(home.path))
     _, text, _ = rngdctl("show", str(run))
     assert ("blocked 14 m: device_idle: pid 4121 python bench.py (kim) holds "
             "/dev/rngd/npu0pe0-3") in text

@@ -29,9 +29,12 @@ def daemon_text(view: DaemonView, *, paused: bool = False, read_only: bool = Fal
     if view.state == "alive":
         text.append(f"{glyph} daemon alive", "bold green")
         text.append(f" · heartbeat {ago(view.heartbeat_age)} ago")
-    elif view.state == "stale":
-        text.append(f"{glyph} daemon not answering", "bold yellow")
-        text.append(f" · last heartbeat {ago(view.heartbeat_age)} ago")
+    elif view.state == "down":
+        # Killed or hung: it could not say it stopped. What the panels show is as of then.
+        text.append(f"{glyph} no daemon running", "bold red")
+        text.append(f" · since {clock_time(view.since)} (last heartbeat "
+                    f"{ago(view.heartbeat_age)} ago"
+                    + (f", pid {view.pid} gone" if view.pid_gone and view.pid else "") + ")")
     elif view.state == "stopped":
         reason = f" ({view.stop_reason})" if view.stop_reason else ""
         text.append(f"{glyph} no daemon running", "bold red")
@@ -39,7 +42,7 @@ def daemon_text(view: DaemonView, *, paused: bool = False, read_only: bool = Fal
     else:
         text.append(f"{glyph} no daemon running", "bold red")
         text.append(" · none has run in this home")
-    if view.pid is not None and view.state in ("alive", "stale"):
+    if view.pid is not None and view.state == "alive":
         text.append(f" · pid {view.pid}")
     if view.launcher:
         text.append(f" · launcher {view.launcher}")

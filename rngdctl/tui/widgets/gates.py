@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from rngdctl.tui.data import VERDICT_GLYPHS, GatesView, ago, num
+from rngdctl.tui.data import VERDICT_GLYPHS, GatesView, ago, clock_time, num
 from rngdctl.tui.widgets._update import update_if_changed
 
 VERDICT_STYLES = {"pass": "green", "fail": "bold red", "n/a": "dim"}
@@ -36,6 +36,9 @@ def blocked_text(view: GatesView, now: float) -> Text:
     if view.run_id is None or view.passed is None:
         return Text("")
     checked = f" (checked {ago(now - view.checked_at)} ago)" if view.checked_at else ""
+    if view.as_of is not None and view.checked_at:
+        # No daemon runs: nobody checks, so this verdict is history, not the present.
+        checked = f" (as of {clock_time(view.checked_at)}: no daemon running)"
     if view.passed:
         return Text.assemble(("✓ ", "green"), f"{view.run_label}: all gates pass{checked}")
     return Text.assemble((f"✗ {view.run_label} blocked {ago(view.blocked_for)}", "bold red"),
