@@ -44,6 +44,8 @@ class DaemonConfig:
     tick: float = 5.0  # seconds between ticks
     cancel_grace: float = 10.0  # seconds between SIGTERM and SIGKILL
     sample_every: float = 5.0  # seconds between host-load samples during a run
+    full_resolution_days: float = 30.0  # samples and gate checks older than this are folded
+    compact_every: float = 3600.0  # seconds between two compactions of the store
     follow_failures: int = 5  # a run whose follow fails this many ticks in a row is failed
 
 
@@ -113,6 +115,9 @@ def parse_config(text: str) -> Config:
             if name not in known:
                 raise ConfigError(f"config.toml: unknown key {name!r} in [{section}]")
             setattr(target, name, _check_type(section, name, value, getattr(target, name)))
+    if not config.daemon.full_resolution_days >= 0 or not config.daemon.compact_every > 0:
+        raise ConfigError("config.toml: [daemon] full_resolution_days must be >= 0 and "
+                          "compact_every > 0")
     if config.daemon.launcher not in ("local", "k8s"):
         raise ConfigError(f"config.toml: [daemon] launcher must be local or k8s, "
                           f"got {config.daemon.launcher!r}")
@@ -132,6 +137,8 @@ launcher = "local"      # local | k8s
 tick = 5.0              # seconds between ticks
 cancel_grace = 10.0     # seconds between SIGTERM and SIGKILL on cancel
 follow_failures = 5     # a run whose follow/ingest fails this many ticks in a row fails
+full_resolution_days = 30.0  # older samples fold to one row a minute, gate checks to runs
+compact_every = 3600.0  # seconds between two compactions (a bounded batch each)
 
 [k8s]
 namespace = "default"

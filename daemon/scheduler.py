@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from daemon import faults
 from daemon import gates as gates_mod
 from daemon import holders as holders_mod
+from daemon.compaction import Compactor
 from daemon.errors import DaemonAlreadyRunning, LaunchError
 from daemon.home import Config, Home
 from daemon.launchers.base import REQUEUE, Launcher, Outcome
@@ -83,6 +84,8 @@ class Daemon:
         self._passes_in_row = 0
         self._head_id: int | None = None
         self._cancelling: set[int] = set()
+        self.compactor = Compactor(store, full_resolution_days=config.daemon.full_resolution_days,
+                                   every=config.daemon.compact_every)
         self._follow_failures: dict[int, int] = {}
 
     # === lifecycle ===========================================================
@@ -158,6 +161,7 @@ class Daemon:
         active = self.store.active_runs()
         self.store.add_sample(load=host.load, holders=[r.as_dict() for r in held.rows],
                               run_id=active[0]["id"] if active else None, now=now)
+        self.compactor.maybe_run(now)  # a comparison, except once an hour
 
         # 2. Follow what runs; it may finish now.
         for run in active:

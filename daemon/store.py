@@ -20,7 +20,7 @@ from typing import Any, Self
 from daemon.errors import NoSuchRun, StoreError, StoreVersionError
 from trainer import records
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Run states. A run moves queued -> launching -> running -> one of FINISHED.
 QUEUED, LAUNCHING, RUNNING = "queued", "launching", "running"
@@ -174,7 +174,25 @@ _V5 = [
     )""",
 ]
 
-MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+# Version 6: compaction (daemon/compaction.py). A samples row with ``n`` set stands
+# for n samples of one minute (load1 their mean, load1_min/max their range); a
+# gate_checks row with ``count`` set for a run of identical verdicts from
+# ``time`` to ``last_time`` (load_min/max: the host-load readings' range). NULL:
+# one raw row. The partial indexes find the raw rows to fold without walking
+# the folded ones.
+_V6 = [
+    "ALTER TABLE samples ADD COLUMN n INTEGER",
+    "ALTER TABLE samples ADD COLUMN load1_min REAL",
+    "ALTER TABLE samples ADD COLUMN load1_max REAL",
+    "ALTER TABLE gate_checks ADD COLUMN count INTEGER",
+    "ALTER TABLE gate_checks ADD COLUMN last_time REAL",
+    "ALTER TABLE gate_checks ADD COLUMN load_min REAL",
+    "ALTER TABLE gate_checks ADD COLUMN load_max REAL",
+    "CREATE INDEX samples_raw ON samples(time) WHERE n IS NULL",
+    "CREATE INDEX gate_checks_raw ON gate_checks(time) WHERE count IS NULL",
+]
+
+MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 
 
 def _prepare_file(path: Path) -> None:
@@ -569,7 +587,8 @@ class Store:
         if run_id is not None:
             sql += " WHERE run_id = ?"
             params.append(run_id)
-        sql += " ORDER BY id DESC"
+        # By time: a folded row (compaction) has a newer id than the raw rows after it.
+        sql += " ORDER BY time DESC, id DESC"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
@@ -613,7 +632,8 @@ class Store:
             kinds = list(kinds)
             sql += f" AND kind IN ({','.join('?' * len(kinds))})"
             params += kinds
-        sql += " ORDER BY id DESC"
+        # By time: a folded row (compaction) has a newer id than the raw rows after it.
+        sql += " ORDER BY time DESC, id DESC"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
@@ -705,7 +725,8 @@ class Store:
         """When the gates began failing for ``run_id`` without a pass since, or None."""
         row = self.conn.execute(
             "SELECT MIN(time) FROM gate_checks WHERE run_id = ? AND passed = 0 AND time > "
-            "COALESCE((SELECT MAX(time) FROM gate_checks WHERE run_id = ? AND passed = 1), -1)",
+            "COALESCE((SELECT MAX(COALESCE(last_time, time)) FROM gate_checks"
+            " WHERE run_id = ? AND passed = 1), -1)",
             (run_id, run_id),
         ).fetchone()
         return row[0] if row else None
@@ -764,3 +785,96 @@ class Store:
         """The newest daemon-level events (no run: start, stop, tick failures, ...)."""
         return list(reversed(self._rows(
             "SELECT * FROM events WHERE run_id IS NULL ORDER BY id DESC LIMIT ?", (limit,))))
+
+    # === compaction (daemon/compaction.py folds; the SQL is here) =============
+
+    def compact_samples(self, before: float, limit: int) -> tuple[int, bool]:
+        """Fold raw samples older than ``before`` into per-minute rows, at most ``limit``.
+
+        Returns (raw rows folded, whether more are left). A minute is never split
+        between two calls: the batch ends at a minute's start.
+        """
+        from daemon import compaction
+
+        edge = math.floor(before / compaction.MINUTE) * compaction.MINUTE
+        with self._transaction():
+            rows = self._rows("SELECT * FROM samples WHERE n IS NULL AND time < ?"
+                              " ORDER BY time LIMIT ?", [edge, limit + 1])
+            more = len(rows) > limit
+            if more:
+                edge = math.floor(rows[limit]["time"] / compaction.MINUTE) * compaction.MINUTE
+                if edge <= rows[0]["time"]:  # more than a batch in one minute: take it whole
+                    edge += compaction.MINUTE
+                    rows = self._rows("SELECT * FROM samples WHERE n IS NULL AND time < ?"
+                                      " ORDER BY time", [edge])
+                rows = [r for r in rows if r["time"] < edge]
+            if not rows:
+                return 0, more
+            self.conn.executemany(
+                "INSERT INTO samples (time, run_id, load1, load5, load15, holders, holder_count,"
+                " cards_free, n, load1_min, load1_max) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [(f["time"], f["run_id"], f["load1"], f["load5"], f["load15"],
+                  _json(f["holders"]), f["holder_count"], f["cards_free"], f["n"],
+                  f["load1_min"], f["load1_max"]) for f in compaction.fold_samples(rows)])
+            self.conn.execute("DELETE FROM samples WHERE n IS NULL AND time < ?", (edge,))
+        return len(rows), more
+
+    def compact_gate_checks(self, before: float, limit: int) -> tuple[int, bool]:
+        """Fold raw gate checks older than ``before`` into runs of identical verdicts.
+
+        Returns (raw checks folded, whether more are left).
+        """
+        from daemon import compaction
+
+        edge = before
+        with self._transaction():
+            rows = self._rows("SELECT * FROM gate_checks WHERE count IS NULL AND time < ?"
+                              " ORDER BY time, id LIMIT ?", [edge, limit + 1])
+            more = len(rows) > limit
+            if more:
+                edge = rows[limit]["time"]
+                if edge <= rows[0]["time"]:  # more than a batch at one instant: take it whole
+                    edge = math.nextafter(edge, math.inf)
+                    rows = self._rows("SELECT * FROM gate_checks WHERE count IS NULL"
+                                      " AND time < ? ORDER BY time, id", [edge])
+                rows = [r for r in rows if r["time"] < edge]
+            if not rows:
+                return 0, more
+            previous = {}
+            for run_id in {r["run_id"] for r in rows}:
+                last = self._rows(
+                    "SELECT * FROM gate_checks WHERE run_id IS ? AND count IS NOT NULL"
+                    " AND time < ? ORDER BY time DESC LIMIT 1", [run_id, rows[0]["time"]])
+                if last:
+                    previous[run_id] = last[0]
+            updates, inserts = compaction.fold_checks(rows, previous)
+            self.conn.executemany(
+                "UPDATE gate_checks SET last_time = ?, count = ?, gates = ?, load_min = ?,"
+                " load_max = ? WHERE id = ?",
+                [(f["last_time"], f["count"], _json(f["gates"]), f["load_min"], f["load_max"],
+                  f["id"]) for f in updates])
+            self.conn.executemany(
+                "INSERT INTO gate_checks (time, run_id, passed, gates, count, last_time,"
+                " load_min, load_max) VALUES (?,?,?,?,?,?,?,?)",
+                [(f["time"], f["run_id"], int(f["passed"]), _json(f["gates"]), f["count"],
+                  f["last_time"], f["load_min"], f["load_max"]) for f in inserts])
+            self.conn.execute("DELETE FROM gate_checks WHERE count IS NULL AND time < ?",
+                              (edge,))
+        return len(rows), more
+
+    def batch(self):
+        """One transaction around many writes (the compaction benchmark's simulated ticks)."""
+        return self._transaction()
+
+    def size(self) -> dict[str, int]:
+        """The database's bytes in use and free (pages a compaction freed, reused later)."""
+        page = self.conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = self.conn.execute("PRAGMA page_count").fetchone()[0]
+        free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return {"bytes": page * pages, "free_bytes": page * free}
+
+    def table_rows(self) -> dict[str, int]:
+        """Rows per table (the compaction benchmark's figure)."""
+        tables = [r[0] for r in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        return {t: self.conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}

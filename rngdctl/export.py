@@ -187,17 +187,22 @@ def summarize_gates(checks: list[dict]) -> GateSummary:
         for gate in check["gates"]:
             thresholds[gate["name"]] = str(gate.get("threshold"))
             if gate.get("verdict") == "fail":
-                blocked_by[gate["name"]] = blocked_by.get(gate["name"], 0) + 1
+                blocked_by[gate["name"]] = blocked_by.get(gate["name"], 0) + _checks_in(check)
             if gate.get("verdict") == "n/a":
                 not_applicable[gate["name"]] = gate.get("detail") or "not applicable"
     return GateSummary(
-        checks=len(checks),
-        blocked=sum(1 for c in checks if not c["passed"]),
+        checks=sum(_checks_in(c) for c in checks),
+        blocked=sum(_checks_in(c) for c in checks if not c["passed"]),
         blocked_by=blocked_by,
         thresholds=thresholds,
         not_applicable=not_applicable,
         load_range=stats.gate_load_range(checks),
     )
+
+
+def _checks_in(check: dict) -> int:
+    """Checks a row stands for: one, or a run of identical verdicts folded by compaction."""
+    return check.get("count") or 1
 
 
 @dataclass
@@ -800,15 +805,21 @@ def write_data(reports: list[RunReport], data_dir: Path) -> None:
                                                    encoding="utf-8")
     _write_csv(data_dir / "gate-checks.csv",
                ["time", "run_id", "check_id", "passed", "gate", "reading", "threshold",
-                "verdict", "detail"],
+                "verdict", "detail", "checks", "last_time", "load_min", "load_max"],
                [[c["time"], r.id, c["id"], int(c["passed"]), g.get("name"),
                  _cell(g.get("reading")), _cell(g.get("threshold")), g.get("verdict"),
-                 _cell(g.get("detail"))]
+                 _cell(g.get("detail")), _checks_in(c), _cell(c.get("last_time") or c["time"]),
+                 _cell(c.get("load_min")), _cell(c.get("load_max"))]
                 for r in reports for c in r.gate_checks for g in c["gates"]])
+    # A row is one sample, or (samples > 1) a minute folded by compaction: load1 is
+    # then the minute's mean, load1_min/load1_max its range.
     _write_csv(data_dir / "host-load.csv",
-               ["time", "run_id", "load1", "load5", "load15", "holders", "cards_free"],
+               ["time", "run_id", "load1", "load5", "load15", "holders", "cards_free",
+                "samples", "load1_min", "load1_max"],
                [[s["time"], r.id, s["load1"], s["load5"], s["load15"],
-                 _cell(s.get("holder_count")), _cell(s.get("cards_free"))]
+                 _cell(s.get("holder_count")), _cell(s.get("cards_free")), s.get("n") or 1,
+                 _cell(s.get("load1_min", s["load1"]) if s.get("n") else s["load1"]),
+                 _cell(s.get("load1_max", s["load1"]) if s.get("n") else s["load1"])]
                 for r in reports for s in r.samples])
     _write_csv(data_dir / "events.csv", ["time", "run_id", "kind", "message", "data"],
                [[e["time"], r.id, e["kind"], e["message"], _cell(e.get("data"))]

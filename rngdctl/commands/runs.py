@@ -173,7 +173,8 @@ def run_details(store, run_ref, live) -> dict:
         blocking = [g for g in checks[-1]["gates"] if g["verdict"] == "fail"]
         # No daemon: nobody checks any more, so the verdict and its duration stop
         # at the last stored check.
-        waiting = {"blocked_since": since, "as_of": None if live.running else checks[-1]["time"],
+        last = checks[-1].get("last_time") or checks[-1]["time"]  # a folded run: its last
+        waiting = {"blocked_since": since, "as_of": None if live.running else last,
                    "blocked_by": [f"{g['name']}: {g['detail']}" for g in blocking]}
     from daemon.queueing import waiting_for
 
@@ -277,8 +278,11 @@ def show(home, as_json, run_ref):
         for check in details["gate_checks"][-3:]:
             verdicts = ", ".join(f"{g['name']} {g['verdict']} ({fmt(g['reading'])})"
                                  for g in check["gates"])
+            folded = (f" (x{check['count']} until "
+                      f"{time.strftime('%H:%M:%S', time.localtime(check['last_time']))})"
+                      if check.get("count") else "")
             click.echo(f"    {time.strftime('%H:%M:%S', time.localtime(check['time']))} "
-                       f"{'pass' if check['passed'] else 'BLOCKED'}: {verdicts}")
+                       f"{'pass' if check['passed'] else 'BLOCKED'}{folded}: {verdicts}")
     if details["events"]:
         click.echo("  events:")
         for e in details["events"][-10:]:

@@ -406,11 +406,12 @@ class ViewSource:
         blocked_for = blocked_by = None
         if not check["passed"]:
             since = self.store.blocked_since(head["id"])
-            until = now if as_of is None else check["time"]
+            until = now if as_of is None else check.get("last_time") or check["time"]
             blocked_for = None if since is None else max(0.0, until - since)
             blocked_by = "; ".join(r.detail or r.name for r in rows if r.verdict == "fail")
         return GatesView(run_id=head["id"], run_label=run_label(head),
-                         checked_at=check["time"], passed=bool(check["passed"]), rows=rows,
+                         checked_at=check.get("last_time") or check["time"],
+                         passed=bool(check["passed"]), rows=rows,
                          blocked_for=blocked_for, blocked_by=blocked_by or None,
                          load_now=load_now, load_series=load_series, as_of=as_of)
 
