@@ -49,7 +49,9 @@ def restore_signals():
 def trainer_cli(tmp_path):
     """Runs ``python -m trainer ARGS`` in a subprocess; returns the CompletedProcess."""
 
-    def run(*args: str, env: dict | None = None, timeout: float = 120):
+    # A hung trainer fails the test; a slow one must not: on a loaded 2-core host
+    # (load 18 with a CPU hog beside it) an 18-step run took more than 120 s.
+    def run(*args: str, env: dict | None = None, timeout: float = 600):
         full_env = {**os.environ, "OMP_NUM_THREADS": "1", "RNGDCTL_CACHE": str(tmp_path / "cache"),
                     "PYTHONPATH": str(REPO), **(env or {})}
         return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=tmp_path,

@@ -42,7 +42,7 @@ def baseline_run(tmp_path_factory):
     proc = subprocess.run(
         [sys.executable, "-m", "trainer", "train", "--run-id", "r1", *LAUNCHER_ARGS,
          "--steps", "12", "--log", str(log), "--baseline", "--baseline-steps", "6"],
-        capture_output=True, text=True, env=env, timeout=120, cwd=tmp, check=False)
+        capture_output=True, text=True, env=env, timeout=600, cwd=tmp, check=False)  # loaded host
     return proc, log
 
 
