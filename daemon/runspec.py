@@ -184,6 +184,7 @@ SETTABLE = {
     "cards": int, "resident": int, "steps": int, "baseline": bool, "baseline_steps": int,
     "model": str, "data": str, "seq_len": int, "accum": int, "lr": float, "seed": int,
     "lora": int, "backend": str, "image": str, "deadline": int, "precompile": bool, "name": str,
+    "interleave": int,
 }
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 

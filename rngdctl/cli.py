@@ -38,6 +38,7 @@ COMMANDS = [
     ("rngdctl.commands.edit", "edit"),
     ("rngdctl.commands.edit", "clone"),
     ("rngdctl.commands.wait", "wait"),
+    ("rngdctl.commands.diff", "diff"),
 ]
 
 

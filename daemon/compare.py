@@ -1,0 +1,106 @@
+"""Two runs side by side: the config values that differ, step time, tok/s and loss deltas.
+
+``rngdctl diff A B`` is thin over ``diff_runs``. Medians, tok/s and the loss
+table come from ``daemon.stats`` (steps 6-N, the note's loss ranges); the
+config comparison from ``daemon.runspec.config_diff``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from daemon import stats
+from daemon.runspec import config_diff
+from trainer.records import MAIN
+
+
+def _delta(a: float | None, b: float | None) -> tuple[float | None, float | None]:
+    """(b - a, (b - a) / a); None where a number is missing."""
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+        return None, None
+    return b - a, ((b - a) / a if a else None)
+
+
+@dataclass(frozen=True)
+class Side:
+    id: int
+    name: str | None
+    status: str
+    steps_done: int
+    steps_total: int | None
+    median_step_s: float | None
+    tokens_per_s: float | None
+    last_loss: float | None
+
+
+@dataclass(frozen=True)
+class LossRow:
+    first: int
+    last: int
+    a: float | None  # mean loss over the range (finite losses), run A
+    b: float | None
+    delta: float | None  # b - a
+    a_steps: int  # steps each run has in the range: the means are like for like only when equal
+    b_steps: int
+
+
+@dataclass(frozen=True)
+class Diff:
+    a: Side
+    b: Side
+    config: dict  # key -> (A's value, B's value), only the keys that differ
+    step_s_delta: tuple  # (b - a seconds, relative)
+    tokens_per_s_delta: tuple
+    common_step: int | None  # the last step both reached
+    loss_at_common: tuple  # (A's loss, B's loss) at common_step
+    loss_delta: float | None  # B - A at common_step
+    loss_rows: tuple
+
+    def as_dict(self) -> dict:
+        return {
+            "a": asdict(self.a), "b": asdict(self.b),
+            "config": {k: {"a": va, "b": vb} for k, (va, vb) in self.config.items()},
+            "step_s_delta": {"seconds": self.step_s_delta[0], "relative": self.step_s_delta[1]},
+            "tokens_per_s_delta": {"tokens_per_s": self.tokens_per_s_delta[0],
+                                   "relative": self.tokens_per_s_delta[1]},
+            "common_step": self.common_step,
+            "loss_at_common_step": {"a": self.loss_at_common[0], "b": self.loss_at_common[1],
+                                    "delta": self.loss_delta},
+            "loss_table": [asdict(r) for r in self.loss_rows],
+        }
+
+
+def _side(run: dict, steps: list[dict]) -> tuple[Side, stats.RunSummary]:
+    summary = stats.summarize(steps, run["config"].get("steps"))
+    return Side(run["id"], run.get("name"), run["status"], summary.steps_done,
+                summary.steps_total, summary.median_step_s, summary.tokens_per_s,
+                summary.last_loss), summary
+
+
+def diff_runs(store, a_ref, b_ref) -> Diff:
+    """Run B against run A (deltas are B - A), over their main passes."""
+    run_a, run_b = store.run(a_ref), store.run(b_ref)
+    steps_a, steps_b = store.steps(run_a["id"], MAIN), store.steps(run_b["id"], MAIN)
+    side_a, _ = _side(run_a, steps_a)
+    side_b, _ = _side(run_b, steps_b)
+
+    common = min(steps_a[-1]["step"], steps_b[-1]["step"]) if steps_a and steps_b else None
+    at_a = next((s["loss"] for s in steps_a if s["step"] == common), None)
+    at_b = next((s["loss"] for s in steps_b if s["step"] == common), None)
+
+    # One set of ranges for both tables, so their rows line up.
+    total = max([s["step"] for s in steps_a[-1:] + steps_b[-1:]], default=0)
+    rows = []
+    if total:
+        for ra, rb in zip(stats.loss_table(steps_a, total), stats.loss_table(steps_b, total)):
+            if ra.steps or rb.steps:
+                rows.append(LossRow(ra.first, ra.last, ra.mean_loss, rb.mean_loss,
+                                    _delta(ra.mean_loss, rb.mean_loss)[0], ra.steps, rb.steps))
+    return Diff(
+        a=side_a, b=side_b, config=config_diff(run_a["config"], run_b["config"]),
+        step_s_delta=_delta(side_a.median_step_s, side_b.median_step_s),
+        tokens_per_s_delta=_delta(side_a.tokens_per_s, side_b.tokens_per_s),
+        common_step=common, loss_at_common=(at_a, at_b), loss_delta=_delta(at_a, at_b)[0],
+        loss_rows=tuple(rows),
+    )
