@@ -667,9 +667,9 @@ class K8sLauncher:
         view = cluster.pod_view(pod)
         pulled = view.started or view.waiting in ("RunContainerError", "CreateContainerError",
                                                   "StartError")
-        if pulled:
-            self.client.delete_pod(self.ns, name, grace_seconds=0)
+        if pulled:  # stored first: a finished pod left by a restart is deleted at startup
             self._got_image(node, image, view)
+            self.client.delete_pod(self.ns, name, grace_seconds=0)
             self.store.add_event(run_id, "prepull", f"{image} pulled onto {node} by pod {name}",
                                  now=self.clock())
             return True, f"{image} pulled onto the node by our pre-pull pod"

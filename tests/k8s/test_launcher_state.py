@@ -270,7 +270,7 @@ def _admission_reject(cluster, job):
                     reason="OutOffuriosa.ai/rngd", message="Pod was rejected: no card left")
 
 
-@pytest.mark.parametrize("how", ["pull error", "card race lost"])
+@pytest.mark.parametrize("how", ["pull error", "card race lost", "evicted"])
 def test_a_restart_after_the_job_was_deleted_but_before_the_requeue_was_stored_requeues(
         cluster, daemon, submit, store, restart, how):
     run_id = submit()
@@ -278,8 +278,12 @@ def test_a_restart_after_the_job_was_deleted_but_before_the_requeue_was_stored_r
     job = store.run(run_id)["job_name"]
     if how == "pull error":
         _pull_fails(cluster, store, run_id)
-    else:
+    elif how == "card race lost":
         _admission_reject(cluster, job)
+    else:
+        pod = cluster.start_pod(job)
+        cluster.set_pod(pod, phase="Failed", state={"terminated": {"exitCode": 137}},
+                        reason="Evicted", message="The node was low on resource: memory.")
     # The launcher deletes the Job and answers "requeue"; the daemon dies before storing it.
     assert daemon.launcher.follow(store.run(run_id)).status == "requeue"
     assert cluster.get("batch/v1/jobs", job) is None
