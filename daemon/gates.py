@@ -44,6 +44,12 @@ class ClusterReading:
     cards_detail: str = ""
     image_present: bool | None = None
     image_detail: str = ""
+    #: With node agents: the launch node's reading (it stands in for this host's probe),
+    #: its holder rows, and the gates only agents give (the agent's heartbeat, every
+    #: node's verdict).
+    host: HostReading | None = None
+    holders: tuple = ()
+    extra: tuple = ()
 
 
 def _host_load(host: HostReading, load_max: float) -> Gate:
@@ -103,12 +109,16 @@ def evaluate(*, host: HostReading, cluster: ClusterReading, cards: int, active: 
     ``holders``: the holder report's rows (``daemon.holders``), so that the
     device-idle gate names the pod that holds a card.
     """
+    if cluster.host is not None:  # the node's agent read it: the daemon may run elsewhere
+        host, holders = cluster.host, cluster.holders
     return [
+        *cluster.extra[:1],
         _host_load(host, load_max),
         _device_idle(host, set(own_pids), holders),
         _cards_free(cluster, cards),
         _image_present(cluster),
         _one_at_a_time(active),
+        *cluster.extra[1:],
     ]
 
 

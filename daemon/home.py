@@ -73,6 +73,7 @@ class K8sConfig:
     prepull_timeout: int = 900  # seconds a pre-pull pod may take before it counts as failed
     prepull_retry: float = 60.0  # seconds before a failed pre-pull is tried again
     cache_dir: str | None = None  # compile-cache path inside the container (--cache-dir)
+    agents: bool = False  # read every node through its rngdctl agent (docs/design.md)
 
 
 @dataclass

@@ -29,6 +29,7 @@ COMMANDS = [
     ("rngdctl.commands.daemon", "gates"),
     ("rngdctl.commands.holders", "holders"),
     ("rngdctl.commands.events", "events"),
+    ("rngdctl.commands.agent", "agent"),
     ("rngdctl.commands.doctor", "doctor"),
     ("rngdctl.commands.export", "export"),
     ("rngdctl.commands.demo", "demo"),

@@ -168,11 +168,12 @@ class K8sClient:
     # --- the one request path ---------------------------------------------
 
     def _request(self, op: str, method: str, path: str, *, query: list | None = None,
-                 body: Any = None, text: bool = False, absent_ok: bool = False) -> Any:
+                 body: Any = None, text: bool = False, absent_ok: bool = False,
+                 content_type: str = "application/json") -> Any:
         """One API request with timeout and retries; JSON (or text) back, None if absent."""
         headers = {"Accept": "text/plain" if text else "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         last = ""
         for attempt in range(self.retries + 1):
             self.calls[op] += 1
@@ -327,3 +328,34 @@ class K8sClient:
             except ValueError:
                 pass
         return body
+
+    # --- every node at once (agents) ------------------------------------------
+
+    def list_live_pods(self) -> list[dict]:
+        """Pods of every namespace that have not finished: cards requested on each node."""
+        found = self._request("list_live_pods", "GET", "/api/v1/pods", query=[
+            ("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")])
+        return [p for p in found.get("items") or []
+                if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+    def list_configmaps(self, namespace: str, labels: dict[str, str]) -> list[dict]:
+        found = self._request("list_configmaps", "GET",
+                              f"/api/v1/namespaces/{namespace}/configmaps",
+                              query=[("labelSelector", _selector(labels))])
+        return [c for c in found.get("items") or [] if _label_match(c, labels)]
+
+    def read_configmap(self, namespace: str, name: str) -> dict | None:
+        return self._request("read_configmap", "GET",
+                             f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+                             absent_ok=True)
+
+    def create_configmap(self, namespace: str, body: dict) -> dict:
+        return self._request("create_configmap", "POST",
+                             f"/api/v1/namespaces/{namespace}/configmaps", body=body)
+
+    def patch_configmap(self, namespace: str, name: str, changes: dict) -> dict | None:
+        """A JSON merge patch; None when the ConfigMap does not exist."""
+        return self._request("patch_configmap", "PATCH",
+                             f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+                             body=changes, absent_ok=True,
+                             content_type="application/merge-patch+json")

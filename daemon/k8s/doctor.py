@@ -22,6 +22,13 @@ PERMISSIONS = [
     ("get", "nodes", None, "", False),
     ("list", "nodes", None, "", False),
     ("list", "pods", None, "", False),  # pods of every namespace on the node: cards in use
+    ("list", "configmaps", None, "", True),  # the node agents' readings
+]
+
+#: What ``rngdctl agent`` does: write its own ConfigMap, list the pods on its node.
+AGENT_PERMISSIONS = [
+    *[(verb, "configmaps", None, "", True) for verb in ("get", "create", "patch")],
+    ("list", "pods", None, "", False),
 ]
 
 
@@ -36,7 +43,7 @@ class Check:
         return asdict(self)
 
 
-def run_checks(config: Config, *, proc: str = "/proc") -> list[Check]:
+def run_checks(config: Config, *, proc: str = "/proc", agent: bool = False) -> list[Check]:
     """Every check, in order; never raises for a cluster problem."""
     from daemon.k8s.client import K8sClient, K8sError
     from daemon.probes import read_host
@@ -55,7 +62,8 @@ def run_checks(config: Config, *, proc: str = "/proc") -> list[Check]:
                                                 f"server {conn.server}"))
     try:
         if client is not None:
-            checks += _api_checks(client, config)
+            checks += _api_checks(client, config, AGENT_PERMISSIONS if agent else PERMISSIONS,
+                                  agent=agent)
     finally:
         if client is not None:
             client.close()
@@ -73,7 +81,7 @@ def run_checks(config: Config, *, proc: str = "/proc") -> list[Check]:
     return checks
 
 
-def _api_checks(client, config: Config) -> list[Check]:
+def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> list[Check]:
     from daemon.k8s.client import K8sError
 
     k8s = config.k8s
@@ -85,7 +93,7 @@ def _api_checks(client, config: Config) -> list[Check]:
         return out + [Check("API answers", False, str(exc), fix)]
     out.append(Check("API answers", True, f"Kubernetes {version.get('gitVersion', '?')}"))
 
-    for verb, resource, sub, group, namespaced in PERMISSIONS:
+    for verb, resource, sub, group, namespaced in permissions:
         what = resource + (f"/{sub}" if sub else "")
         where = f"in namespace {k8s.namespace}" if namespaced else "cluster-wide"
         try:
@@ -95,10 +103,13 @@ def _api_checks(client, config: Config) -> list[Check]:
         except K8sError as exc:
             out.append(Check(f"may {verb} {what}", False, str(exc), "see the API check"))
             continue
-        fix = ("kubectl apply -f deploy/rbac.yaml (Role for jobs and pods, ClusterRole for "
-               "nodes and pods)")
+        fix = ("kubectl apply -f deploy/rbac.yaml (" + (
+            "Role rngdctl-agent for its ConfigMap, ClusterRole rngdctl-agent for pods)" if agent
+            else "Role for jobs, pods and configmaps, ClusterRole for nodes and pods)"))
         out.append(Check(f"may {verb} {what}", allowed,
                          f"{where}" + (f": {reason}" if reason else ""), "" if allowed else fix))
+    if agent:
+        return out  # the agent reads no node, image or queue
 
     node_name = k8s.node
     try:

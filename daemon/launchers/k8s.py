@@ -28,9 +28,9 @@ from __future__ import annotations
 import logging
 import time
 
-from daemon import cgroups, faults
+from daemon import cgroups, faults, nodes
 from daemon.errors import ConfigError, LaunchError
-from daemon.gates import ClusterReading
+from daemon.gates import NA, ClusterReading, Gate
 from daemon.home import Config, Home
 from daemon.ingest import Ingest
 from daemon.k8s import cluster, jobspec
@@ -199,7 +199,12 @@ class K8sLauncher:
         return self.state.own_pids()
 
     def cluster_reading(self, run: dict) -> ClusterReading:
-        """Cards free on the node and whether the run's image is there (2 API calls)."""
+        """Cards free on the node and whether the run's image is there (2 API calls).
+
+        With ``[k8s] agents``: every node at once (3 list calls), see ``_agents_reading``.
+        """
+        if self.k8s.agents:
+            return self._agents_reading(run)
         self._run_id = run.get("id")
         image = self._image(run)
         try:
@@ -821,3 +826,55 @@ class K8sLauncher:
         tail = [line for line in text.splitlines()
                 if isinstance(records.parse_line(line), records.LogLine)][-TAIL_LINES:]
         return ("\n--- log tail ---\n" + "\n".join(tail)) if tail else ""
+
+    # === node agents =========================================================
+
+    def node_states(self) -> list[nodes.NodeState]:
+        """Every node with cards, its agent's reading and cards free: 3 list calls."""
+        return nodes.node_states(self.client.list_nodes(), self.client.list_live_pods(),
+                                 self.client.list_configmaps(self.ns, nodes.AGENT_LABELS))
+
+    def node_verdicts(self, run: dict) -> list[tuple[nodes.NodeState, list]]:
+        """Each node's gates for ``run`` (agent, load, holders, cards, our runs there)."""
+        now = self.clock()
+        active = self.store.active_runs()
+        return [(state, nodes.node_gates(state, cards=int(run["config"]["cards"]),
+                                         load_max=self.config.gates.load_max, active=active,
+                                         now=now))
+                for state in self.node_states()]
+
+    def _agents_reading(self, run: dict) -> ClusterReading:
+        """Gate every node from its agent; the launch node's reading stands in for /proc.
+
+        The launch node is ``[k8s] node`` when set; else, of the nodes where every
+        gate passes, the one with the most cards free (ties: the one listing the
+        image); else the closest one, whose blocking gates say why nothing starts.
+        """
+        self._run_id = run.get("id")
+        image = self._image(run)
+        try:
+            verdicts = self.node_verdicts(run)
+        except K8sUnavailable as exc:
+            self._down(None, exc)
+            return ClusterReading(0, f"Kubernetes API unavailable: {exc}", False,
+                                  "unknown: the API does not answer")
+        except K8sRejected as exc:
+            return ClusterReading(0, f"cannot read the nodes: {exc}", False, "unknown")
+        self._up(None)
+        chosen = nodes.choose(verdicts, pinned=self.k8s.node, image=image)
+        if chosen is None:
+            where = self.k8s.node or "any node"
+            return ClusterReading(0, f"no node with {jobspec.RESOURCE} ({where})", False,
+                                  "unknown")
+        state, gates = chosen
+        if not self.k8s.node:
+            self._node = state.name  # where launch() sends the Job
+        lines = [nodes.verdict(s, g) for s, g in verdicts]
+        would = sum(1 for _, g in verdicts if not any(x.blocks for x in g))
+        summary = Gate(nodes.NODES, would, "informational", NA, "; ".join(lines))
+        present, image_detail = self._image_reading(run, state.node, image)
+        agent = state.agent
+        return ClusterReading(
+            state.cards_free, state.cards_detail, present, image_detail,
+            host=nodes.agent_host(agent) if agent else None,
+            holders=agent.holders if agent else (), extra=(gates[0], summary))

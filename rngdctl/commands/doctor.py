@@ -12,9 +12,11 @@ from rngdctl.options import echo_json, json_option, with_home
 @click.command()
 @click.option("--context", help="kubeconfig context (default: config.toml, else current).")
 @click.option("--namespace", help="Namespace for Jobs (default: config.toml's [k8s]).")
+@click.option("--agent", is_flag=True,
+              help="Check what `rngdctl agent` needs instead (run it as the agent's account).")
 @json_option
 @with_home
-def doctor(home, context, namespace, as_json):
+def doctor(home, context, namespace, agent, as_json):
     """Check that the k8s launcher can work here; prints ✓ or ✗ per check, with the fix.
 
     Exits 1 when a check fails.
@@ -28,7 +30,7 @@ def doctor(home, context, namespace, as_json):
         config.k8s.context = context
     if namespace:
         config.k8s.namespace = namespace
-    checks = run_checks(config)
+    checks = run_checks(config, agent=agent)
     if as_json:
         echo_json([c.as_dict() for c in checks])
     else:

@@ -9,10 +9,11 @@ import yaml
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
-def _rules(kind: str) -> set[tuple[str, str, str]]:
+def _rules(kind: str, name: str = "rngdctl") -> set[tuple[str, str, str]]:
     docs = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
     return {(group, resource, verb)
             for doc in docs if doc["kind"] == kind
+            and doc["metadata"]["name"] in (name, f"{name}-node-reader")
             for rule in doc["rules"]
             for group in rule["apiGroups"] for resource in rule["resources"]
             for verb in rule["verbs"]}
@@ -44,3 +45,21 @@ def test_the_example_config_loads_and_its_volumes_build():
     assert config.gates.consecutive == 2 and config.daemon.launcher == "k8s"
     _, mounts = volumes(config.k8s)
     assert [m["mountPath"] for m in mounts] == ["/models", "/cache"]
+
+
+def test_the_agents_rbac_grants_every_permission_doctor_agent_checks_and_no_more():
+    from daemon.k8s.doctor import AGENT_PERMISSIONS
+
+    wanted_ns = {(g, r, v) for v, r, s, g, ns in AGENT_PERMISSIONS if ns}
+    wanted_cluster = {(g, r, v) for v, r, s, g, ns in AGENT_PERMISSIONS if not ns}
+    assert _rules("Role", "rngdctl-agent") == wanted_ns
+    assert _rules("ClusterRole", "rngdctl-agent") == wanted_cluster
+
+
+def test_the_agent_daemonset_sees_the_hosts_processes_and_knows_its_node():
+    daemonset = yaml.safe_load((DEPLOY / "agent-daemonset.yaml").read_text())
+    pod = daemonset["spec"]["template"]["spec"]
+    assert daemonset["kind"] == "DaemonSet" and pod["hostPID"] is True
+    assert pod["serviceAccountName"] == "rngdctl-agent"
+    [env] = pod["containers"][0]["env"]
+    assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}

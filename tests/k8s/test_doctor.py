@@ -74,3 +74,20 @@ def test_doctor_says_when_the_node_has_no_cards_to_offer(cluster, config, proc):
 def test_doctor_sees_every_process_when_proc_is_fully_readable(cluster, config, proc):
     check = _checks(config, proc)["/proc visible"]
     assert check.ok and "device holders are seen" in check.detail
+
+
+def test_doctor_agent_checks_the_agents_rights_and_names_a_missing_one(cluster, config, proc):
+    from daemon.k8s.doctor import run_checks
+
+    checks = {c.name: c for c in run_checks(config, proc=str(proc), agent=True)}
+    assert checks["may patch configmaps"].ok and checks["may list pods"].ok
+    assert "may create jobs" not in checks and "node" not in checks
+    cluster.kmock.denied.add(("patch", "configmaps"))
+    check = {c.name: c for c in run_checks(config, proc=str(proc), agent=True)}[
+        "may patch configmaps"]
+    assert not check.ok and "Role rngdctl-agent" in check.fix
+
+
+def test_doctor_checks_that_the_daemon_may_list_the_agents_configmaps(cluster, config, proc):
+    cluster.kmock.denied.add(("list", "configmaps"))
+    assert not _checks(config, proc)["may list configmaps"].ok
