@@ -1,0 +1,278 @@
+"""What a run's note says, computed from the store (the store is only read here).
+
+``collect(store, ref)`` gives one ``RunReport``; ``build(store, refs)`` one per
+run. Every number comes through ``daemon.stats`` and ``daemon.stepmodel``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from daemon import stats, stepmodel
+from daemon.errors import BadInput, ModelFitError
+from daemon.home import K8sConfig
+from daemon.store import Store
+from rngdctl.export.words import _get, _md, describe_placement, secs
+from trainer import records
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One line of the "run | step | tok/s | model | error" table."""
+
+    label: str
+    measured_s: float | None
+    tokens_per_s: float | None
+    model_s: float | None = None
+    error: float | None = None
+
+
+@dataclass(frozen=True)
+class GateSummary:
+    """The pre-submit checks of one run: how many, what blocked, the load they read."""
+
+    checks: int
+    blocked: int
+    blocked_by: dict[str, int]
+    thresholds: dict[str, str]
+    not_applicable: dict[str, str]
+    load_range: tuple[float, float] | None
+
+
+def summarize_gates(checks: list[dict]) -> GateSummary:
+    blocked_by: dict[str, int] = {}
+    thresholds: dict[str, str] = {}
+    not_applicable: dict[str, str] = {}
+    for check in checks:
+        for gate in check["gates"]:
+            thresholds[gate["name"]] = str(gate.get("threshold"))
+            if gate.get("verdict") == "fail":
+                blocked_by[gate["name"]] = blocked_by.get(gate["name"], 0) + _checks_in(check)
+            if gate.get("verdict") == "n/a":
+                not_applicable[gate["name"]] = gate.get("detail") or "not applicable"
+    return GateSummary(
+        checks=sum(_checks_in(c) for c in checks),
+        blocked=sum(_checks_in(c) for c in checks if not c["passed"]),
+        blocked_by=blocked_by,
+        thresholds=thresholds,
+        not_applicable=not_applicable,
+        load_range=stats.gate_load_range(checks),
+    )
+
+
+def _checks_in(check: dict) -> int:
+    """Checks a row stands for: one, or a run of identical verdicts folded by compaction."""
+    return check.get("count") or 1
+
+
+@dataclass
+class RunReport:
+    """Everything the note says about one run, computed from the store."""
+
+    run: dict
+    label: str
+    slug: str
+    config: dict
+    steps: list[dict]
+    baseline: list[dict]
+    passes: list[dict]
+    steps_total: int | None
+    summary: stats.RunSummary
+    drift: stats.Drift
+    loss_rows: list[stats.LossRow]
+    host_load: tuple[float, float] | None
+    gates: GateSummary
+    gate_checks: list[dict]
+    samples: list[dict]
+    events: list[dict]
+    model_rows: list[ModelRow] = field(default_factory=list)
+    model_notes: list[str] = field(default_factory=list)
+    comparison: stepmodel.Comparison | None = None
+    k8s: K8sConfig | None = None
+
+    @property
+    def id(self) -> int:
+        return self.run["id"]
+
+    @property
+    def last_step(self) -> int:
+        return self.steps[-1]["step"] if self.steps else 0
+
+    @property
+    def nonfinite(self) -> list[dict]:
+        return [s for s in self.steps if s["loss"] is None or not math.isfinite(s["loss"])]
+
+    def as_dict(self) -> dict:
+        """The note's numbers for this run, for ``--json`` and other readers."""
+        return {
+            "id": self.id,
+            "name": self.run.get("name"),
+            "status": self.run["status"],
+            "attempts": self.run.get("attempts"),
+            "steps_done": len(self.steps),
+            "steps_total": self.steps_total,
+            "median_step_s": self.summary.median_step_s,
+            "tokens_per_s": self.summary.tokens_per_s,
+            "median_step_s_6_25": self.drift.early_median_s,
+            "slowest_step": self.drift.slowest_step,
+            "slowest_step_s": self.drift.slowest_s,
+            "step1_loss": self.summary.first_loss,
+            "nonfinite_losses": self.summary.nonfinite_losses,
+            "host_load_range": self.host_load,
+            "gate_checks": self.gates.checks,
+            "gate_load_range": self.gates.load_range,
+            "loss_table": [
+                {"first": r.first, "last": r.last, "steps": r.steps,
+                 "mean_loss": r.mean_loss, "median_step_s": r.median_step_s}
+                for r in self.loss_rows
+            ],
+            "step_model": [
+                {"run": m.label, "step_s": m.measured_s, "tokens_per_s": m.tokens_per_s,
+                 "model_s": m.model_s, "error": m.error}
+                for m in self.model_rows
+            ],
+        }
+
+
+def slugify(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
+    return slug[:40].strip("-")
+
+
+def _run_slug(run: dict) -> str:
+    return (slugify(run["name"]) if run.get("name") else "") or f"run-{run['id']}"
+
+
+def _run_label(run: dict) -> str:
+    return run["name"] or f"run {run['id']}"
+
+
+def _merged_config(run: dict, passes: list[dict]) -> dict:
+    # The submitted config, overlaid with what the trainer said it ran.
+    config = dict(run.get("config") or {})
+    for p in passes:
+        if p["config_label"] == records.MAIN:
+            config.update(p.get("config") or {})
+    return config
+
+
+def collect(store: Store, ref: int | str, *, k8s: K8sConfig | None = None) -> RunReport:
+    """The numbers for one run (by id or name). Raises NoSuchRun.
+
+    ``k8s`` (the home's ``[k8s]`` config) names the Job deadline and TTL that a
+    k8s run without its own ``--deadline`` got.
+    """
+    run = store.run(ref)
+    run_id = run["id"]
+    passes = store.passes(run_id)
+    config = _merged_config(run, passes)
+    steps = store.steps(run_id, records.MAIN)
+    baseline = store.steps(run_id, records.BASELINE)
+    steps_total = _get(config, "steps")
+    steps_total = steps_total if isinstance(steps_total, int) else None
+    checks = store.gate_checks(run_id=run_id)
+    samples = store.samples(run_id=run_id)
+    report = RunReport(
+        run=run,
+        label=_run_label(run),
+        slug=_run_slug(run),
+        config=config,
+        steps=steps,
+        baseline=baseline,
+        passes=passes,
+        steps_total=steps_total,
+        summary=stats.summarize(steps, steps_total),
+        drift=stats.drift(steps),
+        loss_rows=loss_rows(steps),
+        host_load=stats.load_range(samples),
+        gates=summarize_gates(checks),
+        gate_checks=checks,
+        samples=samples,
+        events=store.events(run_id=run_id),
+        k8s=k8s,
+    )
+    if baseline:
+        report.model_rows, report.model_notes = model_rows(store, report)
+    return report
+
+
+def loss_rows(steps: list[dict]) -> list[stats.LossRow]:
+    """The loss table by step range, fitted to the steps the run reached."""
+    return stats.loss_table(steps, steps[-1]["step"]) if steps else []
+
+# === The step model ===========================================================
+
+
+def model_rows(store: Store, report: RunReport) -> tuple[list[ModelRow], list[str]]:
+    """The baseline and the asked config, measured, with the step model's prediction.
+
+    Returns the table's rows and lines for the note: where each term came
+    from, or why the model gave no number.
+    """
+    baseline_row = ModelRow(
+        f"baseline ({describe_placement({**report.config, 'resident': 0})})",
+        stats.median_step_s(report.baseline), stats.tokens_per_s(report.baseline))
+    label = describe_placement(report.config)
+    measured_row = ModelRow(label, stats.median_step_s(report.steps),
+                            stats.tokens_per_s(report.steps))
+    if not report.steps:
+        return [baseline_row], [("The run has no steps of the asked config to compare with "
+                                "the model.")]
+    try:
+        # stepmodel.for_run(store, id), without reading the main pass's steps
+        # again (100,000 of them take seconds to decode); a test checks that
+        # the two agree.
+        terms = stepmodel.terms_for_run(store, report.id)
+        target = stepmodel.Shape.of_steps(report.steps)
+        comparison = stepmodel.compare(stepmodel.predict(terms, target), report.steps,
+                                       **stepmodel.paired_window(report.config, report.baseline))
+    except ModelFitError as exc:
+        return [baseline_row, measured_row], [f"The step model gave no prediction: {exc}."]
+    report.comparison = comparison
+    rows = [baseline_row, ModelRow(label, comparison.measured_s,
+                                   comparison.measured_tokens_per_s, comparison.model_s,
+                                   comparison.error)]
+    terms = comparison.prediction.terms
+    notes = [(f"The model's terms come from the baseline pass in the same run; measured is "
+             f"the median of {comparison.window} "
+             f"(interquartile range {secs(comparison.iqr[0])}–{secs(comparison.iqr[1])}). "
+             f"The phase furthest from its prediction is {comparison.worst_phase}."), "",
+             "| term | seconds | per | from |", "| --- | --- | --- | --- |"]
+    notes += [f"| {t.name} | {secs(t.seconds)} | {_md(t.per)} | {_md(t.source)} |"
+              for t in terms.all()]
+    return rows, notes + error_split_notes(comparison)
+
+
+def error_split_notes(comparison: stepmodel.Comparison) -> list[str]:
+    """The error split into its terms, and the host-changed notice when it applies."""
+    intro = (f"The error, {stepmodel.format_error(comparison.error)}, phase by phase (each "
+             "phase's share of the error is its model less measured over the measured step):")
+    lines = ["", intro, "", "| phase | model | measured | share of the error |",
+             "| --- | --- | --- | --- |"]
+    lines += [f"| {r['phase']} | {secs(r['model_s'])} | {secs(r['measured_s'])} | "
+              f"{stepmodel.format_error(r['error'])} |" for r in comparison.split()]
+    notice = comparison.host_notice()
+    if notice:
+        lines += ["", f"**{notice[0].upper()}{notice[1:]}.**"]
+    return lines
+
+
+def build(store: Store, run_ids: list[int | str], *,
+          k8s: K8sConfig | None = None) -> list[RunReport]:
+    """One report per run, in the order given (a run named twice counts once)."""
+    if not run_ids:
+        raise BadInput("export needs at least one run")
+    reports: list[RunReport] = []
+    for ref in run_ids:
+        report = collect(store, ref, k8s=k8s)
+        if all(r.id != report.id for r in reports):
+            reports.append(report)
+    # Two runs with the same name still get their own step log file.
+    seen: dict[str, int] = {}
+    for r in reports:
+        seen[r.slug] = seen.get(r.slug, 0) + 1
+        if seen[r.slug] > 1:
+            r.slug = f"{r.slug}-{r.id}"
+    return reports

@@ -1,0 +1,384 @@
+"""The note's markdown, from the reports ``collect`` built (no store access here)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from daemon import stats
+from daemon.store import DONE, OOM
+from rngdctl.export.collect import RunReport
+from rngdctl.export.words import (
+    _DASH,
+    _ago,
+    _get,
+    _md,
+    _span,
+    describe_placement,
+    describe_recipe,
+    load_span,
+    loss,
+    percent,
+    rate,
+    secs,
+)
+
+#: The 6-N median may differ from the 6-25 median by this fraction before the
+#: note says that step time drifted.
+DRIFT_TOLERANCE = 0.05
+
+#: At most this many event lines per run in the note (repeats are folded
+#: first); the data folder's events.csv has them all.
+MAX_EVENT_LINES = 25
+
+_GATE_WORDS = {
+    "host_load": "host load",
+    "device_idle": "no process holding /dev/rngd",
+    "cards_free": "cards free",
+    "image_present": "image present",
+    "one_at_a_time": "no other run active",
+}
+
+#: Event kinds that every good run has; "What went wrong" lists all others
+#: (image pulls, compiles, retries, requeues, warnings, non-finite losses...).
+ROUTINE_EVENTS = frozenset({"launch", "placement"})
+
+
+# === Rendering ===============================================================
+
+
+def _one_or_each(reports: list[RunReport], value) -> str:
+    """One value when every run agrees, else each run's."""
+    values = [value(r) for r in reports]
+    if len(set(values)) == 1:
+        return values[0]
+    return "; ".join(f"{r.label}: {v}" for r, v in zip(reports, values))
+
+
+def _code(report: RunReport) -> str:
+    git = report.run.get("git")
+    versions = report.run.get("versions") or {}
+    parts = [f"git {git[:12]}" if git else "git commit not recorded"]
+    parts += [f"{name} {version}" for name, version in sorted(versions.items())]
+    return ", ".join(parts)
+
+
+def job_launched(report: RunReport) -> dict | None:
+    """What the run's last card Job really had, from its ``launch`` (or ``adopt``) event.
+
+    The k8s launcher stores the Job's name, namespace, node, image, cards,
+    activeDeadlineSeconds and ttlSecondsAfterFinished there; runs launched
+    before it did have no such data (None).
+    """
+    found = None
+    for event in report.events:
+        data = event.get("data") or {}
+        if event["kind"] in ("launch", "adopt") and data.get("stage", "train") == "train" \
+                and data.get("job"):
+            found = data
+    return found
+
+
+def _hardware(report: RunReport) -> str:
+    run = report.run
+    parts = [f"backend {_get(report.config, 'backend', default=_DASH)}"]
+    if run.get("node"):
+        parts.append(f"node {run['node']}")
+    if run.get("host"):
+        parts.append(f"host {run['host']}")
+    if run.get("launcher") == "k8s":
+        job = job_launched(report) or {}
+        image = job.get("image") or _get(report.config, "image") or (
+            report.k8s.image if report.k8s else None)
+        if image:
+            parts.append(f"image {image}")
+        parts.append(f"image digest {run['image_digest']}" if run.get("image_digest")
+                     else "image digest not recorded")
+    elif run.get("image_digest"):
+        parts.append(f"image digest {run['image_digest']}")
+    else:
+        parts.append("no image digest (not a container run)")
+    return ", ".join(parts)
+
+
+def _launch(report: RunReport) -> str:
+    launcher = report.run.get("launcher")
+    deadline = _get(report.config, "deadline")
+    if launcher == "k8s":
+        how = "one run-and-exit Kubernetes Job at a time, "
+        job = job_launched(report)
+        if job is not None:
+            # What the Job really had, stored when it was created.
+            how += f"Job {job.get('namespace') or '?'}/{job['job']}"
+            how += f" on node {job['node']}" if job.get("node") else ""
+            deadline_s, ttl = job.get("activeDeadlineSeconds"), job.get("ttlSecondsAfterFinished")
+            how += f", activeDeadlineSeconds {deadline_s if deadline_s is not None else 'unset'}"
+            how += f", ttlSecondsAfterFinished {ttl if ttl is not None else 'unset'}"
+            return how
+        # Older runs: no Job data stored; say what the config gives.
+        how += "activeDeadlineSeconds "
+        if deadline:
+            how += str(deadline)
+        elif report.k8s is not None:
+            how += f"{report.k8s.default_deadline} (config.toml's [k8s] default_deadline)"
+        else:
+            how += "from config.toml's [k8s] default_deadline"
+        if report.k8s is not None:
+            how += f", ttlSecondsAfterFinished {report.k8s.ttl_seconds}"
+        return how
+    if launcher == "local":
+        how = "the local launcher, the trainer as a child process, one run at a time"
+    elif launcher:
+        how = f"the {launcher} launcher, one run at a time"
+    else:
+        how = "never launched"
+    how += f", deadline {deadline} s" if deadline else ", no deadline"
+    return how
+
+
+def _attempts(n: int | None) -> str:
+    if not n:
+        return "never launched"
+    if n == 1:
+        return "on the first attempt"
+    return f"after {n} attempts"
+
+
+def _checks_line(reports: list[RunReport]) -> str:
+    thresholds: dict[str, str] = {}
+    not_applicable: dict[str, str] = {}
+    for r in reports:
+        thresholds.update(r.gates.thresholds)
+        not_applicable.update(r.gates.not_applicable)
+    total = sum(r.gates.checks for r in reports)
+    if not total:
+        return "no pre-submit check was stored for these runs."
+    gates = []
+    for name, threshold in thresholds.items():
+        words = _GATE_WORDS.get(name, name.replace("_", " "))
+        if name in not_applicable:
+            gates.append(f"{words} (n/a: {not_applicable[name]})")
+        else:
+            gates.append(f"{words} ({threshold})")
+    blocked = sum(r.gates.blocked for r in reports)
+    blocked_by: dict[str, int] = {}
+    for r in reports:
+        for name, n in r.gates.blocked_by.items():
+            blocked_by[name] = blocked_by.get(name, 0) + n
+    line = f"before each launch: {', '.join(gates)}. {total} check{'s' if total != 1 else ''}"
+    if blocked:
+        by = ", ".join(f"{_GATE_WORDS.get(k, k)} {n}" for k, n in blocked_by.items())
+        line += f", {blocked} blocked ({by})"
+    spans = [r.gates.load_range for r in reports if r.gates.load_range]
+    if spans:
+        span = (min(s[0] for s in spans), max(s[1] for s in spans))
+        line += f"; the checks logged load {load_span(span)}"
+    return line + "."
+
+
+def _outcome(report: RunReport) -> str:
+    run = report.run
+    done = len(report.steps)
+    total = report.steps_total
+    parts = [f"{done}/{total} steps" if total else f"{done} steps"]
+    status = run["status"]
+    parts.append("OOM" if status == OOM else "no OOM")
+    if status not in (DONE, OOM):
+        reason = f": {run['exit_reason']}" if run.get("exit_reason") else ""
+        parts.append(f"status {status}{reason}")
+    parts.append(_attempts(run.get("attempts")))
+    line = ", ".join(parts) + "."
+    span = load_span(report.host_load)
+    if span:
+        line += f" Host load was {span}."
+    return line
+
+
+def _timing(report: RunReport) -> list[str]:
+    s, d = report.summary, report.drift
+    last = report.last_step
+    if last <= stats.WARMUP_STEPS:
+        return [(f"Median step over all {len(report.steps)} steps (the run is shorter than "
+                f"the {stats.WARMUP_STEPS} warm-up steps): {secs(s.median_step_s)}, "
+                f"{rate(s.tokens_per_s)} tok/s.")]
+    lines = [(f"Step {stats.WARMUP_STEPS + 1}–{last} median: {secs(s.median_step_s)}/step, "
+             f"{rate(s.tokens_per_s)} tok/s.")]
+    slowest = f"the slowest step (step {d.slowest_step}) took {secs(d.slowest_s)}"
+    if last <= 25:
+        lines[0] += (f" The run ends before step 26, so drift cannot be told; "
+                     f"{slowest}.")
+        return lines
+    ratio = d.ratio
+    if ratio is None:
+        lines[0] += f" {slowest[0].upper()}{slowest[1:]}."
+    elif abs(ratio - 1) <= DRIFT_TOLERANCE:
+        same = "also " if secs(d.early_median_s) == secs(d.median_s) else ""
+        lines[0] += (f" The steps 6–25 median was {same}{secs(d.early_median_s)}, and "
+                     f"{slowest}, so step time did not drift.")
+    else:
+        lines[0] += (f" The steps 6–25 median was {secs(d.early_median_s)}, so step time "
+                     f"drifted by {percent(ratio - 1)} over the run; {slowest}.")
+    return lines
+
+
+def _loss_table(report: RunReport) -> list[str]:
+    rows = ["| steps | mean loss | median step |", "| --- | --- | --- |"]
+    for r in report.loss_rows:
+        chosen = [s for s in report.steps if r.first <= s["step"] <= r.last]
+        bad = sum(1 for s in chosen if s["loss"] is None or not math.isfinite(s["loss"]))
+        mean = loss(r.mean_loss, 3) if r.mean_loss is not None else (
+            "NaN" if bad else _DASH)
+        if bad and r.mean_loss is not None:
+            mean += f" ({bad} non-finite left out)"
+        rows.append(f"| {_span(r.first, r.last)} | {mean} | {secs(r.median_step_s)} |")
+    return rows
+
+
+def _loss_lines(report: RunReport) -> list[str]:
+    first = report.steps[0]
+    lines = [f"Step {first['step']} loss is {loss(first['loss'])}."]
+    bad = report.nonfinite
+    if bad:
+        kinds = sorted({loss(s['loss']) for s in bad})
+        lines.append(f"{len(bad)} step{'s' if len(bad) != 1 else ''} had a non-finite loss "
+                     f"({', '.join(kinds)}), first at step {bad[0]['step']}; the loss table's "
+                     f"means leave them out.")
+    return lines
+
+
+def _model_table(report: RunReport) -> list[str]:
+    rows = ["| run | step | tok/s | model | error |", "| --- | --- | --- | --- | --- |"]
+    for m in report.model_rows:
+        rows.append(f"| {_md(m.label)} | {secs(m.measured_s)} | {rate(m.tokens_per_s)} | "
+                    f"{secs(m.model_s)} | {percent(m.error)} |")
+    return rows
+
+
+def fold_events(events: list[dict]) -> list[tuple[dict, int, dict]]:
+    """Consecutive events with the same kind and message, as (first, count, last)."""
+    folded: list[tuple[dict, int, dict]] = []
+    for e in events:
+        if folded and (folded[-1][0]["kind"], folded[-1][0]["message"]) == (e["kind"],
+                                                                           e["message"]):
+            first, n, _ = folded[-1]
+            folded[-1] = (first, n + 1, e)
+        else:
+            folded.append((e, 1, e))
+    return folded
+
+
+def _event_line(report: RunReport, first: dict, n: int, last: dict) -> str:
+    origin = report.run.get("started") or report.run["created"]
+    when = _ago(first["time"] - origin)
+    if n > 1:
+        when += f" to {_ago(last['time'] - origin)}, {n} times"
+    return f"`{when}` {_md(first['kind'])}: {_md(first['message'])}"
+
+
+def _event_lines(report: RunReport) -> list[str]:
+    if not report.events:
+        return ["No events were stored for this run."]
+    folded = fold_events(report.events)
+    lines = [f"- {_event_line(report, *f)}" for f in folded[:MAX_EVENT_LINES]]
+    if len(folded) > MAX_EVENT_LINES:
+        lines.append(f"- and {len(folded) - MAX_EVENT_LINES} more in events.csv")
+    return lines
+
+
+def routine(report: RunReport, event: dict) -> bool:
+    """An event that every good run has: its launch, placement and clean end."""
+    if event["kind"] in ROUTINE_EVENTS:
+        return True
+    clean_end = report.run["status"] == DONE
+    return clean_end and event["kind"] in ("end", "finished")
+
+
+def _went_wrong(reports: list[RunReport]) -> list[str]:
+    lines = []
+    for r in reports:
+        folded = fold_events([e for e in r.events if not routine(r, e)])
+        who = f"{_md(r.label)}: " if len(reports) > 1 else ""
+        lines += [f"- {who}{_event_line(r, *f)}" for f in folded[:MAX_EVENT_LINES]]
+        if len(folded) > MAX_EVENT_LINES:
+            lines.append(f"- {who}and {len(folded) - MAX_EVENT_LINES} more in events.csv")
+    return lines or [("Nothing: no image pull, recompile, retry, requeue, warning or failure "
+                     "was recorded.")]
+
+
+def _run_section(index: int, report: RunReport, data_dir: str) -> list[str]:
+    total = f", {report.steps_total} steps" if report.steps_total else ""
+    lines = [(f"## Run {index}: {_md(report.label)} — "
+             f"{describe_placement(report.config)}{total}"), ""]
+    lines.append(f"- {_outcome(report)}")
+    if not report.steps:
+        reason = f" ({report.run['exit_reason']})" if report.run.get("exit_reason") else ""
+        lines.append(f"- No steps were stored for this run: it ended {report.run['status']}"
+                     f"{reason}, so there is no step time, drift or loss to report.")
+    else:
+        lines += [f"- {line}" for line in _timing(report)]
+        lines += ["", *_loss_table(report), ""]
+        lines += [f"- {line}" for line in _loss_lines(report)]
+    if report.model_rows:
+        lines += ["", (f"Step model: the baseline pass ({len(report.baseline)} steps) and the "
+                      f"asked config, median of steps 6–N:"), "", *_model_table(report)]
+        if report.model_notes:
+            lines += ["", *report.model_notes]
+    lines += ["", "Events:", "", *_event_lines(report), ""]
+    lines.append(f"Step log: [{report.slug}.jsonl]({data_dir}/{report.slug}.jsonl).")
+    return lines
+
+
+def _comparison(reports: list[RunReport]) -> list[str]:
+    rows = [("| run | config | status | steps | median step (6–N) | tok/s | 6–25 median "
+            "| step-1 loss | last loss |"),
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in reports:
+        total = f"/{r.steps_total}" if r.steps_total else ""
+        rows.append(
+            f"| {_md(r.label)} | {describe_placement(r.config)} | {r.run['status']} | "
+            f"{len(r.steps)}{total} | {secs(r.summary.median_step_s)} | "
+            f"{rate(r.summary.tokens_per_s)} | {secs(r.drift.early_median_s)} | "
+            f"{loss(r.summary.first_loss)} | {loss(r.summary.last_loss)} |")
+    return rows
+
+
+def render(reports: list[RunReport], *, slug: str, now: float) -> str:
+    """The note's markdown. ``slug`` names the data folder beside it."""
+    date = datetime.fromtimestamp(now).strftime("%Y-%m-%d")
+    data_dir = f"data/{slug}"
+    title = ", ".join(r.label for r in reports)
+    if len(reports) == 1:
+        title += f": {describe_placement(reports[0].config)}"
+        if reports[0].steps_total:
+            title += f", {reports[0].steps_total} steps"
+    ids = ", ".join(str(r.id) for r in reports)
+    lines = [
+        f"# {_md(title)}", "",
+        (f"Written by `rngdctl export` on {date} from run{'s' if len(reports) > 1 else ''} "
+        f"{ids}. Every number below is computed from the rngdctl store; the data are in "
+        f"[{data_dir}/]({data_dir}/)."), "",
+        "## Verification", "",
+        f"- Code: {_one_or_each(reports, _code)}.",
+        f"- Hardware: {_one_or_each(reports, _hardware)}.",
+        f"- Recipe: {_one_or_each(reports, lambda r: describe_recipe(r.config))}.",
+        f"- Launch: {_one_or_each(reports, _launch)}.",
+        f"- Pre-submit checks {_checks_line(reports)}",
+        "",
+    ]
+    if len(reports) > 1:
+        lines += ["## Comparison", "", *_comparison(reports), ""]
+    for i, report in enumerate(reports, 1):
+        lines += _run_section(i, report, data_dir) + [""]
+    lines += ["## What went wrong", "", *_went_wrong(reports), ""]
+    lines += [
+        "## Data", "",
+        f"In [{data_dir}/]({data_dir}/):", "",
+        *[f"- `{r.slug}.jsonl`: {r.label}'s step log in the step-record contract "
+          f"({len(r.passes)} start, {len(r.steps) + len(r.baseline)} step, "
+          f"{len(r.events)} event records)." for r in reports],
+        "- `gate-checks.csv`: every pre-submit check, one row per gate.",
+        "- `host-load.csv`: the host-load samples taken while the runs ran.",
+        "- `events.csv`: every event, unfolded.",
+        "",
+    ]
+    return "\n".join(lines)
