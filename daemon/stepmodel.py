@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -166,9 +165,14 @@ class Shape:
     @classmethod
     def of_steps(cls, steps: list[dict]) -> Shape:
         """The shape a pass's step records declare (their extra keys)."""
-        if not steps:
+        return cls.of_step(steps[-1] if steps else None)
+
+    @classmethod
+    def of_step(cls, step: dict | None) -> Shape:
+        """The shape one step record (a pass's newest) declares."""
+        if not step:
             raise ModelFitError("cannot fit: the pass has no steps")
-        extra = _extra(steps[-1])
+        extra = _extra(step)
         missing = [k for k in ("layers", "cards", "resident_per_card", "seq_len", "accum")
                    if not isinstance(extra.get(k), int)]
         if missing:
@@ -235,23 +239,30 @@ class Terms:
                 "terms": [{**asdict(t), "estimated": t.estimated} for t in self.all()]}
 
 
-def _phase_medians(steps: list[dict], what: str) -> tuple[dict[str, float], list[dict]]:
+Steps = list[dict] | stats.PassStats  # a pass's decoded steps, or its aggregates
+
+
+def _pass(steps: Steps | None) -> stats.PassStats | None:
+    """A pass's numbers: ``stats.pass_stats`` from the store, or computed from step dicts."""
+    if steps is None or isinstance(steps, stats.PassStats):
+        return steps
+    return stats.PassStats.of_steps(list(steps))
+
+
+def _phase_medians(p: stats.PassStats, what: str) -> dict[str, float]:
     """Median seconds of each phase over steps 6-N; ModelFitError when one is missing."""
-    chosen = stats.steady(steps)
     for name, words in NEEDED.items():
-        have = sum(1 for s in chosen if name in (s.get("phases") or {}))
+        have = p.phase_counts.get(name, 0)
         if not have:
             raise ModelFitError(f"cannot fit: the {what} has no {words} timings")
-        if have < len(chosen):
-            raise ModelFitError(f"cannot fit: {len(chosen) - have} of the {what}'s "
-                                f"{len(chosen)} steady steps have no {words} timings")
-    medians = {p: statistics.median(float((s.get("phases") or {}).get(p, 0.0)) for s in chosen)
-               for p in (*NEEDED, *OPTIONAL)}
-    return medians, chosen
+        if have < p.steady:
+            raise ModelFitError(f"cannot fit: {p.steady - have} of the {what}'s "
+                                f"{p.steady} steady steps have no {words} timings")
+    return {ph: p.phase_medians[ph] for ph in (*NEEDED, *OPTIONAL)}
 
 
-def _range(chosen: list[dict]) -> str:
-    first, last = chosen[0]["step"], chosen[-1]["step"]
+def _range(p: stats.PassStats) -> str:
+    first, last = p.first_step, p.last_step
     return f"median of steps {first}-{last}" if last > first else f"step {first}"
 
 
@@ -265,20 +276,23 @@ def edge_params(config: dict | None) -> int | None:
     return vocab * hidden * (1 if config.get("tied_head") else 2) + hidden
 
 
-def fit(baseline_steps: list[dict], baseline_config: dict | None = None, *,
-        resident_steps: list[dict] | None = None, baseline_label: str = "baseline",
+def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
+        resident_steps: Steps | None = None, baseline_label: str = "baseline",
         resident_label: str = "resident pass") -> Terms:
     """Fit the terms from an all-offload baseline's steps (medians over steps 6-N).
 
+    Steps are a pass's step dicts or its ``stats.PassStats`` (``stats.pass_stats``:
+    what the store-reading functions below pass, at the same cost for any length).
     ``baseline_config`` is the pass's start config: it fills in the shape when
     the step records lack it. ``resident_steps`` (a pass with resident layers,
     same hardware and model) gives the device optimizer's cost per layer;
     without it that term is estimated and its source says so.
     """
-    if not baseline_steps:
+    base = _pass(baseline_steps)
+    if not base.steps:
         raise ModelFitError("cannot fit: the baseline has no steps")
     try:
-        shape = Shape.of_steps(baseline_steps)
+        shape = Shape.of_step(base.last)
     except ModelFitError:
         if baseline_config is None:
             raise
@@ -286,21 +300,21 @@ def fit(baseline_steps: list[dict], baseline_config: dict | None = None, *,
     if shape.resident:
         raise ModelFitError(f"cannot fit: the baseline has {shape.resident} resident layers; "
                             "the model needs an all-offload baseline (0 resident)")
-    med, chosen = _phase_medians(baseline_steps, "baseline")
-    times = [float(s["step_s"]) for s in chosen]
-    median_s = statistics.median(times)
-    where = f"{baseline_label}, {_range(chosen)}"
+    med = _phase_medians(base, "baseline")
+    median_s = float(base.median_step_s)
+    where = f"{baseline_label}, {_range(base)}"
     off = shape.offloaded
 
     host = Term("host_optim", med["host_optim"] / off, "offloaded layer", where)
-    if resident_steps:
-        rshape = Shape.of_steps(resident_steps)
+    resident = _pass(resident_steps)
+    if resident is not None and resident.steps:
+        rshape = Shape.of_step(resident.last)
         if not rshape.resident:
             raise ModelFitError(f"cannot fit: the {resident_label} has no resident layers")
-        rmed, rchosen = _phase_medians(resident_steps, resident_label)
+        rmed = _phase_medians(resident, resident_label)
         per_layer = (rmed["device_optim"] - med["device_optim"]) / rshape.resident
         device = Term("device_optim", max(per_layer, 0.0), "resident layer",
-                      f"{resident_label}, {_range(rchosen)}, less the baseline's embed and head")
+                      f"{resident_label}, {_range(resident)}, less the baseline's embed and head")
     else:
         device = Term("device_optim", host.seconds, "resident layer",
                       f"{ESTIMATED}: equal to the host optimizer per layer, "
@@ -319,11 +333,10 @@ def fit(baseline_steps: list[dict], baseline_config: dict | None = None, *,
         unclaimed=Term("unclaimed", median_s - sum(med.values()), "step",
                        f"{baseline_label}: median step less the phases' medians"),
         baseline_median_s=median_s,
-        baseline_tokens=statistics.median(float(s.get("tokens") or shape.tokens)
-                                          for s in chosen),
-        baseline_iqr=stats.quartiles(times),
-        compute_iqr=stats.quartiles([float(s["phases"]["fwd_bwd"]) for s in chosen]),
-        compute_steps=len(chosen),
+        baseline_tokens=base.median_tokens_or(shape.tokens),
+        baseline_iqr=base.iqr_step_s,
+        compute_iqr=base.fwd_bwd_iqr,
+        compute_steps=base.steady,
     )
 
 
@@ -521,33 +534,35 @@ def relative_error(model_s: float | None, measured_s: float | None) -> float | N
     return (model_s - measured_s) / measured_s
 
 
-def compare(prediction: Prediction, measured_steps: list[dict], *,
+def compare(prediction: Prediction, measured_steps: Steps, *,
             last: int | None = None, interleave: int = 0) -> Comparison:
     """The prediction against the median of the measured steps 6-N (6-``last`` if given).
 
     ``interleave`` says the passes alternated in blocks of that many steps;
-    ``paired_window`` gives both for a run.
+    ``paired_window`` gives both for a run. ``last`` needs step dicts: for a
+    stored pass, window it with ``stats.pass_stats(store, run, label, last=)``.
     """
-    chosen = [s for s in stats.steady(measured_steps) if last is None or s["step"] <= last]
-    if not chosen:
+    if last is not None:
+        if isinstance(measured_steps, stats.PassStats):
+            raise TypeError("compare(last=) needs step dicts; window a stored pass with "
+                            "stats.pass_stats(..., last=)")
+        measured_steps = [s for s in stats.steady(measured_steps) if s["step"] <= last]
+    measured = _pass(measured_steps)
+    if not measured.steady:
         raise ModelFitError("nothing to compare: the run has no steps")
-    times = [float(s["step_s"]) for s in chosen]
-    measured = statistics.median(times)
-    phases: dict[str, float] = {}
-    for p in SPLIT[:-1]:
-        phases[p] = statistics.median(float((s.get("phases") or {}).get(p, 0.0)) for s in chosen)
-    phases["unclaimed"] = measured - sum(phases.values())
+    median_s = float(measured.median_step_s)
+    phases: dict[str, float] = {p: measured.phase_medians[p] for p in SPLIT[:-1]}
+    phases["unclaimed"] = median_s - sum(phases.values())
     return Comparison(
-        prediction=prediction, measured_s=measured, iqr=stats.quartiles(times),
-        steps=len(chosen), first_step=chosen[0]["step"], last_step=chosen[-1]["step"],
-        measured_tokens_per_s=stats.tokens_per_s(chosen) or math.nan,
+        prediction=prediction, measured_s=median_s, iqr=measured.iqr_step_s,
+        steps=measured.steady, first_step=measured.first_step, last_step=measured.last_step,
+        measured_tokens_per_s=measured.tokens_per_s or math.nan,
         measured_phases=phases, interleave=interleave,
-        measured_compute_iqr=stats.quartiles(
-            [float((s.get("phases") or {}).get("fwd_bwd", 0.0)) for s in chosen]),
+        measured_compute_iqr=measured.fwd_bwd_iqr,
     )
 
 
-def paired_window(main_config: dict | None, baseline_steps: list[dict]) -> dict:
+def paired_window(main_config: dict | None, baseline_steps: Steps) -> dict:
     """``compare``'s window arguments for a run whose passes may have been interleaved.
 
     Interleaved, only the main steps that ran alongside the baseline's share
@@ -555,9 +570,13 @@ def paired_window(main_config: dict | None, baseline_steps: list[dict]) -> dict:
     other, it is the whole main pass.
     """
     block = int((main_config or {}).get("interleave") or 0)
-    if not block or not baseline_steps:
+    if isinstance(baseline_steps, stats.PassStats):
+        last = baseline_steps.step_span[1] if baseline_steps.step_span else None
+    else:
+        last = max((s["step"] for s in baseline_steps), default=None)
+    if not block or last is None:
         return {}
-    return {"last": max(s["step"] for s in baseline_steps), "interleave": block}
+    return {"last": last, "interleave": block}
 
 
 # === Memory ==================================================================
@@ -684,11 +703,11 @@ def _pass_config(store, run_id: int, label: str) -> dict | None:
 
 @dataclass(frozen=True)
 class Baseline:
-    """An all-offload pass in the store: its steps, start config and a label for sources."""
+    """An all-offload pass in the store: its numbers, start config and a label for sources."""
 
     run_id: int
     label: str  # the pass's config_label
-    steps: list
+    stats: stats.PassStats  # stats.pass_stats: medians over steps 6-N, its newest step
     config: dict
 
     @property
@@ -703,41 +722,59 @@ class Baseline:
 def baseline_of(store, run_id: int) -> Baseline | None:
     """The run's all-offload pass: its baseline pass, else its main pass if it has 0 resident."""
     for label in (BASELINE, MAIN):
-        steps = store.steps(run_id, label)
-        if not steps:
+        last = store.last_step(run_id, label)
+        if last is None:
             continue
         config = _pass_config(store, run_id, label) or {}
-        resident = _extra(steps[-1]).get("resident_layers", config.get("resident_layers"))
+        resident = _extra(last).get("resident_layers", config.get("resident_layers"))
         if label == BASELINE or resident == 0:
-            return Baseline(run_id, label, steps, config)
+            return Baseline(run_id, label, stats.pass_stats(store, run_id, label), config)
     return None
 
 
-def terms_for_run(store, run_id: int) -> Terms | None:
-    """Terms fitted from the run's own baseline pass; None when it has none."""
-    steps = store.steps(run_id, BASELINE)
-    if not steps:
+def terms_for_run(store, run_id: int, *,
+                  baseline: stats.PassStats | None = None) -> Terms | None:
+    """Terms fitted from the run's own baseline pass; None when it has none.
+
+    ``baseline``: the pass's ``stats.pass_stats`` when the caller has it already.
+    """
+    if baseline is None:
+        if not store.pass_counts(run_id, BASELINE)[0]:
+            return None
+        baseline = stats.pass_stats(store, run_id, BASELINE)
+    if not baseline.steps:
         return None
-    return fit(steps, _pass_config(store, run_id, BASELINE),
+    return fit(baseline, _pass_config(store, run_id, BASELINE),
                baseline_label=f"run {run_id} baseline")
 
 
-def for_run(store, run_id: int) -> Comparison | None:
+def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
+            baseline: stats.PassStats | None = None) -> Comparison | None:
     """The run's main pass against the model from its own baseline pass.
 
     None when the run has no baseline pass or no main steps yet. Raises
-    ModelFitError when the baseline cannot give the terms.
+    ModelFitError when the baseline cannot give the terms. ``main`` and
+    ``baseline``: the passes' ``stats.pass_stats`` when the caller has them.
     """
-    main = store.steps(run_id, MAIN)
-    if not main:
+    if main is None:
+        if not store.pass_counts(run_id, MAIN)[0]:
+            return None
+        main = stats.pass_stats(store, run_id, MAIN)
+    if not main.steps:
         return None
-    baseline = store.steps(run_id, BASELINE)
-    if not baseline:
+    if baseline is None:
+        if not store.pass_counts(run_id, BASELINE)[0]:
+            return None
+        baseline = stats.pass_stats(store, run_id, BASELINE)
+    terms = terms_for_run(store, run_id, baseline=baseline)
+    if terms is None:
         return None
-    terms = fit(baseline, _pass_config(store, run_id, BASELINE),
-                baseline_label=f"run {run_id} baseline")
     window = paired_window(_pass_config(store, run_id, MAIN), baseline)
-    return compare(predict(terms, Shape.of_steps(main)), main, **window)
+    measured = main
+    if window:  # interleaved: the main steps that ran beside the baseline's, read as steps
+        measured = stats.pass_stats(store, run_id, MAIN, last=window["last"])
+    return compare(predict(terms, Shape.of_step(main.last)), measured,
+                   interleave=window.get("interleave", 0))
 
 
 @dataclass(frozen=True)
@@ -775,17 +812,17 @@ def model_config(store, baseline_run: int, *, cards: int, resident: int,
                             "(submit it with --baseline, or with --resident 0)")
     resident_steps = None
     if resident_run is not None:
-        resident_steps = store.steps(resident_run, MAIN)
-        if not resident_steps:
+        if not store.pass_counts(resident_run, MAIN)[0]:
             raise ModelFitError(f"cannot fit: run {resident_run} has no main-pass steps")
-    terms = fit(base.steps, base.config, resident_steps=resident_steps,
+        resident_steps = stats.pass_stats(store, resident_run, MAIN)
+    terms = fit(base.stats, base.config, resident_steps=resident_steps,
                 baseline_label=base.source, resident_label=f"run {resident_run} main")
     b = terms.baseline
     target = Shape(layers=b.layers, cards=cards, resident_per_card=resident,
                    accum=accum or b.accum, seq_len=seq_len or b.seq_len,
                    micro_batch=b.micro_batch)
     config = base.config
-    ppl = _extra(base.steps[-1]).get("params_per_layer") or config.get("params_per_layer")
+    ppl = _extra(base.stats.last).get("params_per_layer") or config.get("params_per_layer")
     memory = memory_check(target, params_per_layer=ppl,
                           card_gb=card_gb if card_gb is not None else card_gb_for(base.backend),
                           edge=edge_params(config) or 0, tied_head=bool(config.get("tied_head")))

@@ -20,7 +20,7 @@ from typing import Any, Self
 from daemon.errors import NoSuchRun, StoreError, StoreVersionError
 from trainer import records
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Run states. A run moves queued -> launching -> running -> one of FINISHED.
 QUEUED, LAUNCHING, RUNNING = "queued", "launching", "running"
@@ -192,7 +192,60 @@ _V6 = [
     "CREATE INDEX gate_checks_raw ON gate_checks(time) WHERE count IS NULL",
 ]
 
-MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
+# Version 7: reading a run costs the same whatever its length. The phases the
+# step model needs as real columns (backfilled from the JSON), an index per
+# column whose order statistics the stats need (steps 6-N only: partial), one
+# for non-finite losses, and each pass's step counts kept at ingest.
+STEADY_FIRST = 6  # stats.WARMUP_STEPS + 1; a literal in the partial indexes' WHERE
+PHASE_COLUMNS = {p: f"phase_{p}" for p in records.PHASES}
+#: Columns with an order-statistics index over steps 6-N, and the index's name.
+STEADY_INDEXES = {"step_s": "steps_steady_step_s", "tokens": "steps_steady_tokens",
+                  **{c: f"steps_steady_{c}" for c in PHASE_COLUMNS.values()}}
+
+
+def _backfill_phases(conn: sqlite3.Connection) -> None:
+    """The phase columns of steps stored before version 7, from their JSON (Python's reading)."""
+    cursor = conn.execute("SELECT rowid, phases FROM steps WHERE phases IS NOT NULL")
+    while rows := cursor.fetchmany(10_000):
+        updates = []
+        for rowid, text in rows:
+            phases = json.loads(text) or {}
+            updates.append((*(_phase_value(phases, p) for p in PHASE_COLUMNS), rowid))
+        conn.executemany(
+            f"UPDATE steps SET {', '.join(f'{c} = ?' for c in PHASE_COLUMNS.values())}"
+            " WHERE rowid = ?", updates)
+
+
+_V7 = [
+    *(f"ALTER TABLE steps ADD COLUMN {c} REAL" for c in PHASE_COLUMNS.values()),
+    _backfill_phases,
+    *(f"CREATE INDEX {name} ON steps(run_id, config_label, {column}"
+      f"{', step' if column == 'step_s' else ''}) WHERE step >= {STEADY_FIRST}"
+      for column, name in STEADY_INDEXES.items()),
+    "CREATE INDEX steps_nonfinite ON steps(run_id, config_label, step) WHERE loss IS NULL",
+    """CREATE TABLE pass_totals (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        config_label TEXT NOT NULL,
+        steps INTEGER NOT NULL,
+        steady INTEGER NOT NULL,
+        PRIMARY KEY (run_id, config_label)
+    )""",
+    f"""INSERT INTO pass_totals (run_id, config_label, steps, steady)
+        SELECT run_id, config_label, COUNT(*), SUM(step >= {STEADY_FIRST})
+        FROM steps GROUP BY run_id, config_label""",
+]
+
+MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
+
+_INSERT_STEP = (
+    "INSERT INTO steps (run_id, config_label, step, loss, loss_flag, step_s, tokens,"
+    f" lr, phases, memory, extra, time, {', '.join(PHASE_COLUMNS.values())})"
+    f" VALUES ({','.join('?' * (12 + len(PHASE_COLUMNS)))})"
+    " ON CONFLICT (run_id, config_label, step) DO NOTHING")
+
+#: A step row as readers get it (the phase columns repeat ``phases`` for the aggregates).
+_STEP_ROW = ("run_id, config_label, step, loss, loss_flag, step_s, tokens, lr, phases, memory,"
+             " extra, time")
 
 
 def _prepare_file(path: Path) -> None:
@@ -213,6 +266,11 @@ def _loss_flag(x: float) -> str | None:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return None
+
+
+def _phase_value(phases: dict, name: str) -> float | None:
+    value = phases.get(name)
+    return _finite_or_none(float(value)) if isinstance(value, (int, float)) else None
 
 
 def _decode(row: dict) -> dict:
@@ -297,7 +355,10 @@ class Store:
                 )
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[version]:
-                    self.conn.execute(statement)
+                    if callable(statement):  # a backfill that SQL cannot do alone
+                        statement(self.conn)
+                    else:
+                        self.conn.execute(statement)
                 self.conn.execute(
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                     (str(version),),
@@ -509,39 +570,52 @@ class Store:
     # === steps ===============================================================
 
     def add_steps(self, run_id: int, steps: Iterable[records.Step]) -> int:
-        """Store steps; a step already stored is ignored. Returns how many were new."""
-        rows = [
-            (run_id, s.config_label, s.step, _finite_or_none(s.loss), _loss_flag(s.loss),
-             s.step_s, s.tokens, s.lr, _json(s.phases), _json(s.memory), _json(s.extra), s.time)
-            for s in steps
-        ]
-        if not rows:
+        """Store steps; a step already stored is ignored. Returns how many were new.
+
+        Each pass's step counts (``pass_totals``) grow by the steps that were new,
+        in the same transaction.
+        """
+        groups: dict[tuple[str, bool], list[tuple]] = {}
+        for s in steps:
+            phases = s.phases
+            groups.setdefault((s.config_label, s.step >= STEADY_FIRST), []).append((
+                run_id, s.config_label, s.step, _finite_or_none(s.loss), _loss_flag(s.loss),
+                s.step_s, s.tokens, s.lr, _json(phases), _json(s.memory), _json(s.extra), s.time,
+                *(_phase_value(phases, p) for p in PHASE_COLUMNS)))
+        if not groups:
             return 0
-        before = self.conn.total_changes
+        new: dict[str, list[int]] = {}
         with self._transaction():
-            # Only a step already stored is skipped: OR IGNORE would also skip a
-            # NULL in a NOT NULL column without a word, and lose the step.
+            # Only a step already stored is skipped (ON CONFLICT DO NOTHING): OR IGNORE
+            # would also skip a NULL in a NOT NULL column without a word, and lose the step.
+            for (label, steady), rows in groups.items():
+                before = self.conn.total_changes
+                self.conn.executemany(_INSERT_STEP, rows)
+                counts = new.setdefault(label, [0, 0])
+                added = self.conn.total_changes - before
+                counts[0] += added
+                counts[1] += added if steady else 0
             self.conn.executemany(
-                "INSERT INTO steps (run_id, config_label, step, loss, loss_flag, step_s,"
-                " tokens, lr, phases, memory, extra, time) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-                " ON CONFLICT (run_id, config_label, step) DO NOTHING",
-                rows,
-            )
-        return self.conn.total_changes - before
+                "INSERT INTO pass_totals (run_id, config_label, steps, steady) VALUES (?,?,?,?)"
+                " ON CONFLICT (run_id, config_label) DO UPDATE SET"
+                " steps = steps + excluded.steps, steady = steady + excluded.steady",
+                [(run_id, label, n, steady) for label, (n, steady) in new.items() if n])
+        return sum(n for n, _ in new.values())
 
     def steps(self, run_id: int, config_label: str | None = records.MAIN) -> list[dict]:
         """Steps of one pass in order (every pass when config_label is None)."""
         if config_label is None:
-            return self._rows("SELECT * FROM steps WHERE run_id = ? ORDER BY config_label, step",
-                              [run_id])
+            return self._rows(f"SELECT {_STEP_ROW} FROM steps WHERE run_id = ?"
+                              " ORDER BY config_label, step", [run_id])
         return self._rows(
-            "SELECT * FROM steps WHERE run_id = ? AND config_label = ? ORDER BY step",
+            f"SELECT {_STEP_ROW} FROM steps WHERE run_id = ? AND config_label = ? ORDER BY step",
             [run_id, config_label],
         )
 
     def step_counts(self, run_id: int) -> dict[str, int]:
+        """Steps stored per pass (kept at ingest: no scan of the steps)."""
         rows = self.conn.execute(
-            "SELECT config_label, COUNT(*) FROM steps WHERE run_id = ? GROUP BY config_label",
+            "SELECT config_label, steps FROM pass_totals WHERE run_id = ? AND steps > 0",
             (run_id,),
         ).fetchall()
         return {label: n for label, n in rows}
@@ -716,7 +790,8 @@ class Store:
     def last_step(self, run_id: int, config_label: str = records.MAIN) -> dict | None:
         """The newest step of one pass, decoded, or None."""
         rows = self._rows(
-            "SELECT * FROM steps WHERE run_id = ? AND config_label = ? ORDER BY step DESC LIMIT 1",
+            f"SELECT {_STEP_ROW} FROM steps WHERE run_id = ? AND config_label = ?"
+            " ORDER BY step DESC LIMIT 1",
             [run_id, config_label],
         )
         return rows[0] if rows else None
@@ -878,3 +953,178 @@ class Store:
         tables = [r[0] for r in self.conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
         return {t: self.conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
+
+    # === step aggregates =====================================================
+    # What daemon.stats and daemon.stepmodel need from a pass, computed by
+    # SQLite over the version-7 indexes: a pass of 1,000,000 steps costs a few
+    # index walks in C, never a decoded row per step. "Steady" means steps
+    # STEADY_FIRST-N (6-N).
+
+    def pass_counts(self, run_id: int, config_label: str) -> tuple[int, int]:
+        """(steps, steady steps) of one pass, as kept at ingest."""
+        row = self.conn.execute(
+            "SELECT steps, steady FROM pass_totals WHERE run_id = ? AND config_label = ?",
+            (run_id, config_label)).fetchone()
+        return (row[0], row[1]) if row else (0, 0)
+
+    def _steady_from(self, column: str) -> str:
+        if column not in STEADY_INDEXES:
+            raise ValueError(f"no order statistics for the column {column!r}")
+        return (f"FROM steps INDEXED BY {STEADY_INDEXES[column]} WHERE run_id = ? AND"
+                f" config_label = ? AND step >= {STEADY_FIRST}")
+
+    @staticmethod
+    def _absent(column: str) -> tuple[str, str]:
+        """SQL for a steady step that lacks ``column``, and for one that has it."""
+        if column == "tokens":  # the step model counts a 0-token step as its shape's tokens
+            return "tokens = 0", "tokens != 0"
+        return f"{column} IS NULL", f"{column} IS NOT NULL"
+
+    def steady_absent(self, run_id: int, config_label: str, column: str) -> int:
+        """How many steady steps lack ``column`` (a phase column: NULL; tokens: 0)."""
+        absent, _ = self._absent(column)
+        return self.conn.execute(f"SELECT COUNT(*) {self._steady_from(column)} AND {absent}",
+                                 (run_id, config_label)).fetchone()[0]
+
+    def steady_sorted(self, run_id: int, config_label: str, column: str, offset: int,
+                      count: int = 1, *, absent_as: float | None = None) -> list:
+        """Values of ``column`` over the steady steps in ascending order, ``count`` of them
+        from position ``offset`` (0-based): order statistics by walking the column's index.
+
+        A step that lacks the column (``steady_absent``) takes the value ``absent_as``
+        (0.0 for a phase, as stepmodel reads a missing phase) in the order.
+        """
+        frm, key = self._steady_from(column), (run_id, config_label)
+        present = self._absent(column)[1]
+        n_absent = self.steady_absent(run_id, config_label, column) if absent_as is not None \
+            else 0
+
+        def walk(where: str, params: tuple, skip: int, take: int) -> list:
+            return [r[0] for r in self.conn.execute(
+                f"SELECT {column} {frm}{where} ORDER BY {column} LIMIT ? OFFSET ?",
+                (*key, *params, take, skip))]
+
+        if not n_absent:  # the plain order: nothing to put in its place
+            return walk("", (), offset, count)
+        # The order is: present values below absent_as, the absent ones, the rest.
+        below = self.conn.execute(f"SELECT COUNT(*) {frm} AND {present} AND {column} < ?",
+                                  (*key, absent_as)).fetchone()[0]
+        end = offset + count
+        out = walk(f" AND {present} AND {column} < ?", (absent_as,), offset, min(end, below) - offset) \
+            if offset < below else []
+        out += [absent_as] * max(0, min(end, below + n_absent) - max(offset, below))
+        if end > below + n_absent:
+            skip = max(offset, below + n_absent) - below - n_absent
+            out += walk(f" AND {column} >= ?", (absent_as,), skip, end - max(offset,
+                                                                             below + n_absent))
+        return out
+
+    def steps_until(self, run_id: int, config_label: str, last: int) -> list[dict]:
+        """Steps of one pass numbered ``last`` or less, in order (as ``steps``)."""
+        return self._rows(
+            f"SELECT {_STEP_ROW} FROM steps WHERE run_id = ? AND config_label = ? AND step <= ?"
+            " ORDER BY step", [run_id, config_label, last])
+
+    def step_span(self, run_id: int, config_label: str) -> tuple[int, int] | None:
+        """The first and last step numbers of a pass, or None."""
+        row = self.conn.execute(
+            "SELECT MIN(step), MAX(step) FROM steps WHERE run_id = ? AND config_label = ?",
+            (run_id, config_label)).fetchone()
+        return None if row[0] is None else (row[0], row[1])
+
+    def steady_span(self, run_id: int, config_label: str) -> tuple[int, int] | None:
+        """The first and last steady step numbers, or None."""
+        row = self.conn.execute(
+            f"SELECT MIN(step), MAX(step) FROM steps WHERE run_id = ? AND config_label = ?"
+            f" AND step >= {STEADY_FIRST}", (run_id, config_label)).fetchone()
+        return None if row[0] is None else (row[0], row[1])
+
+    def slowest_steady_step(self, run_id: int, config_label: str) -> tuple[float, int] | None:
+        """(step_s, step) of the slowest steady step; the first of equals."""
+        frm = self._steady_from("step_s")
+        row = self.conn.execute(f"SELECT step_s {frm} ORDER BY step_s DESC LIMIT 1",
+                                (run_id, config_label)).fetchone()
+        if row is None:
+            return None
+        step = self.conn.execute(f"SELECT MIN(step) {frm} AND step_s = ?",
+                                 (run_id, config_label, row[0])).fetchone()[0]
+        return row[0], step
+
+    def end_losses(self, run_id: int, config_label: str) -> tuple:
+        """(first step's loss, last step's loss), NaN and infinities restored; Nones if empty."""
+        out = []
+        for order in ("ASC", "DESC"):
+            row = self.conn.execute(
+                "SELECT CASE WHEN loss_flag IS NOT NULL THEN loss_flag ELSE loss END FROM steps"
+                f" WHERE run_id = ? AND config_label = ? ORDER BY step {order} LIMIT 1",
+                (run_id, config_label)).fetchone()
+            out.append(None if row is None or row[0] is None else float(row[0]))
+        return tuple(out)
+
+    def nonfinite_losses(self, run_id: int, config_label: str) -> tuple[int, int | None, list]:
+        """(how many steps have no finite loss, the first of them, their losses' kinds).
+
+        The kinds are the distinct losses as stored: NaN, an infinity, or None.
+        """
+        rows = self.conn.execute(
+            "SELECT loss_flag, COUNT(*), MIN(step) FROM steps INDEXED BY steps_nonfinite"
+            " WHERE run_id = ? AND config_label = ? AND loss IS NULL GROUP BY loss_flag",
+            (run_id, config_label)).fetchall()
+        if not rows:
+            return 0, None, []
+        kinds = [None if flag is None else float(flag) for flag, _, _ in rows]
+        return sum(n for _, n, _ in rows), min(first for _, _, first in rows), kinds
+
+    def range_totals(self, run_id: int, config_label: str, first: int,
+                     last: int) -> tuple[int, int, float | None]:
+        """(steps, steps with a finite loss, the sum of those losses) in steps first-last."""
+        n, finite, total = self.conn.execute(
+            "SELECT COUNT(*), COUNT(loss), SUM(loss) FROM steps WHERE run_id = ? AND"
+            " config_label = ? AND step BETWEEN ? AND ?",
+            (run_id, config_label, first, last)).fetchone()
+        return n, finite, total
+
+    def range_step_s(self, run_id: int, config_label: str, first: int, last: int) -> list[float]:
+        """step_s of steps first-last in step order (for short ranges)."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT step_s FROM steps WHERE run_id = ? AND config_label = ? AND step BETWEEN ?"
+            " AND ? ORDER BY step", (run_id, config_label, first, last))]
+
+    def range_sorted_step_s(self, run_id: int, config_label: str, first: int, last: int,
+                            offset: int, count: int = 1) -> list[float]:
+        """step_s of steps first-last (first >= STEADY_FIRST) in ascending order, from ``offset``."""
+        if first < STEADY_FIRST:
+            raise ValueError(f"the steady index starts at step {STEADY_FIRST}, not {first}")
+        return [r[0] for r in self.conn.execute(
+            f"SELECT step_s {self._steady_from('step_s')} AND step BETWEEN ? AND ?"
+            " ORDER BY step_s LIMIT ? OFFSET ?",
+            (run_id, config_label, first, last, count, offset))]
+
+    # === streaming reads =====================================================
+    # For export: a run's steps and samples one at a time, in constant memory.
+
+    def _iter_rows(self, sql: str, params: Iterable = (), batch: int = 1000):
+        cursor = self.conn.execute(sql, tuple(params))
+        names = [d[0] for d in cursor.description]
+        while rows := cursor.fetchmany(batch):
+            for row in rows:
+                yield _decode(dict(zip(names, row)))
+
+    def iter_steps(self, run_id: int, config_label: str = records.MAIN):
+        """Steps of one pass in order, decoded one batch at a time (as ``steps``)."""
+        return self._iter_rows(
+            f"SELECT {_STEP_ROW} FROM steps WHERE run_id = ? AND config_label = ? ORDER BY step",
+            [run_id, config_label])
+
+    def iter_samples(self, run_id: int):
+        """Host samples taken while ``run_id`` ran, oldest first (as ``samples``)."""
+        return self._iter_rows("SELECT * FROM samples WHERE run_id = ? ORDER BY time", [run_id])
+
+    def sample_load_range(self, run_id: int) -> tuple[float, float] | None:
+        """The lowest and highest 1-minute load sampled while ``run_id`` ran, or None."""
+        # A row folded by compaction (n set) keeps its minute's range in load1_min/max.
+        low, high = self.conn.execute(
+            "SELECT MIN(CASE WHEN n THEN load1_min ELSE load1 END),"
+            " MAX(CASE WHEN n THEN load1_max ELSE load1 END) FROM samples WHERE run_id = ?",
+            (run_id,)).fetchone()
+        return None if low is None else (low, high)

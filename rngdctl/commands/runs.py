@@ -156,14 +156,14 @@ def run_details(store, run_ref, live) -> dict:
     from daemon.store import ACTIVE, QUEUED
 
     run = store.run(run_ref)
-    passes = {}
-    for label in sorted(store.step_counts(run["id"])):
-        steps = store.steps(run["id"], label)
-        total = run["config"]["steps"] if label == "main" else None
-        passes[label] = stats.summarize(steps, total).as_dict()
+    numbers = {label: stats.pass_stats(store, run["id"], label)
+               for label in sorted(store.step_counts(run["id"]))}
+    passes = {label: p.summary(run["config"]["steps"] if label == "main" else None).as_dict()
+              for label, p in numbers.items()}
     checks = store.gate_checks(run_id=run["id"], limit=5)
     try:
-        comparison = stepmodel.for_run(store, run["id"])
+        comparison = stepmodel.for_run(store, run["id"], main=numbers.get("main"),
+                                       baseline=numbers.get("baseline"))
         model = comparison.as_dict() if comparison else None
     except ModelFitError as exc:
         model = {"error_message": str(exc)}
@@ -187,7 +187,7 @@ def run_details(store, run_ref, live) -> dict:
         "passes": passes,
         "gate_checks": checks,
         "pre_submit_load_range": stats.gate_load_range(store.gate_checks(run_id=run["id"])),
-        "load_range": stats.load_range(store.samples(run_id=run["id"])),
+        "load_range": store.sample_load_range(run["id"]),
         "events": store.events(run_id=run["id"], limit=20),
         "model": model,
     }

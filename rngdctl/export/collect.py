@@ -6,7 +6,6 @@ run. Every number comes through ``daemon.stats`` and ``daemon.stepmodel``.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -69,14 +68,19 @@ def _checks_in(check: dict) -> int:
 
 @dataclass
 class RunReport:
-    """Everything the note says about one run, computed from the store."""
+    """Everything the note says about one run, computed from the store.
+
+    The steps themselves stay in the store: ``main`` and ``baseline`` are the
+    passes' aggregates (``stats.pass_stats``), and the step log is streamed
+    from ``store`` when the data folder is written.
+    """
 
     run: dict
     label: str
     slug: str
     config: dict
-    steps: list[dict]
-    baseline: list[dict]
+    main: stats.PassStats
+    baseline: stats.PassStats
     passes: list[dict]
     steps_total: int | None
     summary: stats.RunSummary
@@ -85,8 +89,8 @@ class RunReport:
     host_load: tuple[float, float] | None
     gates: GateSummary
     gate_checks: list[dict]
-    samples: list[dict]
     events: list[dict]
+    store: Store | None = field(default=None, repr=False, compare=False)
     model_rows: list[ModelRow] = field(default_factory=list)
     model_notes: list[str] = field(default_factory=list)
     comparison: stepmodel.Comparison | None = None
@@ -97,12 +101,12 @@ class RunReport:
         return self.run["id"]
 
     @property
-    def last_step(self) -> int:
-        return self.steps[-1]["step"] if self.steps else 0
+    def steps_done(self) -> int:
+        return self.main.steps
 
     @property
-    def nonfinite(self) -> list[dict]:
-        return [s for s in self.steps if s["loss"] is None or not math.isfinite(s["loss"])]
+    def last_step(self) -> int:
+        return self.main.step_span[1] if self.main.step_span else 0
 
     def as_dict(self) -> dict:
         """The note's numbers for this run, for ``--json`` and other readers."""
@@ -111,7 +115,7 @@ class RunReport:
             "name": self.run.get("name"),
             "status": self.run["status"],
             "attempts": self.run.get("attempts"),
-            "steps_done": len(self.steps),
+            "steps_done": self.steps_done,
             "steps_total": self.steps_total,
             "median_step_s": self.summary.median_step_s,
             "tokens_per_s": self.summary.tokens_per_s,
@@ -168,39 +172,40 @@ def collect(store: Store, ref: int | str, *, k8s: K8sConfig | None = None) -> Ru
     run_id = run["id"]
     passes = store.passes(run_id)
     config = _merged_config(run, passes)
-    steps = store.steps(run_id, records.MAIN)
-    baseline = store.steps(run_id, records.BASELINE)
+    main = stats.pass_stats(store, run_id, records.MAIN)
+    baseline = stats.pass_stats(store, run_id, records.BASELINE)
     steps_total = _get(config, "steps")
     steps_total = steps_total if isinstance(steps_total, int) else None
     checks = store.gate_checks(run_id=run_id)
-    samples = store.samples(run_id=run_id)
     report = RunReport(
         run=run,
         label=_run_label(run),
         slug=_run_slug(run),
         config=config,
-        steps=steps,
+        main=main,
         baseline=baseline,
         passes=passes,
         steps_total=steps_total,
-        summary=stats.summarize(steps, steps_total),
-        drift=stats.drift(steps),
-        loss_rows=loss_rows(steps),
-        host_load=stats.load_range(samples),
+        summary=main.summary(steps_total),
+        drift=main.drift(),
+        loss_rows=loss_rows(store, run_id, main),
+        host_load=store.sample_load_range(run_id),
         gates=summarize_gates(checks),
         gate_checks=checks,
-        samples=samples,
         events=store.events(run_id=run_id),
+        store=store,
         k8s=k8s,
     )
-    if baseline:
+    if baseline.steps:
         report.model_rows, report.model_notes = model_rows(store, report)
     return report
 
 
-def loss_rows(steps: list[dict]) -> list[stats.LossRow]:
+def loss_rows(store: Store, run_id: int, main: stats.PassStats) -> list[stats.LossRow]:
     """The loss table by step range, fitted to the steps the run reached."""
-    return stats.loss_table(steps, steps[-1]["step"]) if steps else []
+    if not main.step_span:
+        return []
+    return stats.loss_table_of(store, run_id, records.MAIN, main.step_span[1])
 
 # === The step model ===========================================================
 
@@ -213,21 +218,17 @@ def model_rows(store: Store, report: RunReport) -> tuple[list[ModelRow], list[st
     """
     baseline_row = ModelRow(
         f"baseline ({describe_placement({**report.config, 'resident': 0})})",
-        stats.median_step_s(report.baseline), stats.tokens_per_s(report.baseline))
+        report.baseline.median_step_s, report.baseline.tokens_per_s)
     label = describe_placement(report.config)
-    measured_row = ModelRow(label, stats.median_step_s(report.steps),
-                            stats.tokens_per_s(report.steps))
-    if not report.steps:
+    measured_row = ModelRow(label, report.main.median_step_s, report.main.tokens_per_s)
+    if not report.main.steps:
         return [baseline_row], [("The run has no steps of the asked config to compare with "
                                 "the model.")]
     try:
-        # stepmodel.for_run(store, id), without reading the main pass's steps
-        # again (100,000 of them take seconds to decode); a test checks that
-        # the two agree.
-        terms = stepmodel.terms_for_run(store, report.id)
-        target = stepmodel.Shape.of_steps(report.steps)
-        comparison = stepmodel.compare(stepmodel.predict(terms, target), report.steps,
-                                       **stepmodel.paired_window(report.config, report.baseline))
+        # stepmodel.for_run(store, id) with the passes' aggregates read above;
+        # a test checks that the two agree.
+        comparison = stepmodel.for_run(store, report.id, main=report.main,
+                                       baseline=report.baseline)
     except ModelFitError as exc:
         return [baseline_row, measured_row], [f"The step model gave no prediction: {exc}."]
     report.comparison = comparison

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 
 from daemon import stats
@@ -178,7 +177,7 @@ def _checks_line(reports: list[RunReport]) -> str:
 
 def _outcome(report: RunReport) -> str:
     run = report.run
-    done = len(report.steps)
+    done = report.steps_done
     total = report.steps_total
     parts = [f"{done}/{total} steps" if total else f"{done} steps"]
     status = run["status"]
@@ -198,7 +197,7 @@ def _timing(report: RunReport) -> list[str]:
     s, d = report.summary, report.drift
     last = report.last_step
     if last <= stats.WARMUP_STEPS:
-        return [(f"Median step over all {len(report.steps)} steps (the run is shorter than "
+        return [(f"Median step over all {report.steps_done} steps (the run is shorter than "
                 f"the {stats.WARMUP_STEPS} warm-up steps): {secs(s.median_step_s)}, "
                 f"{rate(s.tokens_per_s)} tok/s.")]
     lines = [(f"Step {stats.WARMUP_STEPS + 1}–{last} median: {secs(s.median_step_s)}/step, "
@@ -224,8 +223,7 @@ def _timing(report: RunReport) -> list[str]:
 def _loss_table(report: RunReport) -> list[str]:
     rows = ["| steps | mean loss | median step |", "| --- | --- | --- |"]
     for r in report.loss_rows:
-        chosen = [s for s in report.steps if r.first <= s["step"] <= r.last]
-        bad = sum(1 for s in chosen if s["loss"] is None or not math.isfinite(s["loss"]))
+        bad = r.nonfinite
         mean = loss(r.mean_loss, 3) if r.mean_loss is not None else (
             "NaN" if bad else _DASH)
         if bad and r.mean_loss is not None:
@@ -235,14 +233,14 @@ def _loss_table(report: RunReport) -> list[str]:
 
 
 def _loss_lines(report: RunReport) -> list[str]:
-    first = report.steps[0]
-    lines = [f"Step {first['step']} loss is {loss(first['loss'])}."]
-    bad = report.nonfinite
+    main = report.main
+    lines = [f"Step {main.step_span[0]} loss is {loss(main.first_loss)}."]
+    bad = main.nonfinite_losses
     if bad:
-        kinds = sorted({loss(s['loss']) for s in bad})
-        lines.append(f"{len(bad)} step{'s' if len(bad) != 1 else ''} had a non-finite loss "
-                     f"({', '.join(kinds)}), first at step {bad[0]['step']}; the loss table's "
-                     f"means leave them out.")
+        kinds = sorted({loss(x) for x in main.nonfinite_kinds})
+        lines.append(f"{bad} step{'s' if bad != 1 else ''} had a non-finite loss "
+                     f"({', '.join(kinds)}), first at step {main.nonfinite_first}; the loss "
+                     f"table's means leave them out.")
     return lines
 
 
@@ -310,7 +308,7 @@ def _run_section(index: int, report: RunReport, data_dir: str) -> list[str]:
     lines = [(f"## Run {index}: {_md(report.label)} — "
              f"{describe_placement(report.config)}{total}"), ""]
     lines.append(f"- {_outcome(report)}")
-    if not report.steps:
+    if not report.steps_done:
         reason = f" ({report.run['exit_reason']})" if report.run.get("exit_reason") else ""
         lines.append(f"- No steps were stored for this run: it ended {report.run['status']}"
                      f"{reason}, so there is no step time, drift or loss to report.")
@@ -319,7 +317,7 @@ def _run_section(index: int, report: RunReport, data_dir: str) -> list[str]:
         lines += ["", *_loss_table(report), ""]
         lines += [f"- {line}" for line in _loss_lines(report)]
     if report.model_rows:
-        lines += ["", (f"Step model: the baseline pass ({len(report.baseline)} steps) and the "
+        lines += ["", (f"Step model: the baseline pass ({report.baseline.steps} steps) and the "
                       f"asked config, median of steps 6–N:"), "", *_model_table(report)]
         if report.model_notes:
             lines += ["", *report.model_notes]
@@ -336,7 +334,7 @@ def _comparison(reports: list[RunReport]) -> list[str]:
         total = f"/{r.steps_total}" if r.steps_total else ""
         rows.append(
             f"| {_md(r.label)} | {describe_placement(r.config)} | {r.run['status']} | "
-            f"{len(r.steps)}{total} | {secs(r.summary.median_step_s)} | "
+            f"{r.steps_done}{total} | {secs(r.summary.median_step_s)} | "
             f"{rate(r.summary.tokens_per_s)} | {secs(r.drift.early_median_s)} | "
             f"{loss(r.summary.first_loss)} | {loss(r.summary.last_loss)} |")
     return rows
@@ -374,7 +372,7 @@ def render(reports: list[RunReport], *, slug: str, now: float) -> str:
         "## Data", "",
         f"In [{data_dir}/]({data_dir}/):", "",
         *[f"- `{r.slug}.jsonl`: {r.label}'s step log in the step-record contract "
-          f"({len(r.passes)} start, {len(r.steps) + len(r.baseline)} step, "
+          f"({len(r.passes)} start, {r.main.steps + r.baseline.steps} step, "
           f"{len(r.events)} event records)." for r in reports],
         "- `gate-checks.csv`: every pre-submit check, one row per gate.",
         "- `host-load.csv`: the host-load samples taken while the runs ran.",

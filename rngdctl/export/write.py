@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import time
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -25,36 +26,38 @@ _END_STATUS = {DONE: "ok", OOM: "oom", CANCELLED: "cancelled", FAILED: "error",
 # === The data folder =========================================================
 
 
-def step_log(report: RunReport) -> list[str]:
-    """The run's records as contract lines: starts, steps, events, then the end."""
+def step_log(report: RunReport) -> Iterator[str]:
+    """The run's records as contract lines: starts, steps, events, then the end.
+
+    A generator: the steps come from the store one batch at a time, so a run
+    of any length is written in constant memory.
+    """
     run = report.run
-    lines = []
     passes = report.passes or [{"config_label": records.MAIN, "config": report.config,
                                 "time": run.get("started")}]
-    by_label = {records.MAIN: report.steps, records.BASELINE: report.baseline}
+    logged = (records.MAIN, records.BASELINE)
     labels = [p["config_label"] for p in passes]
     # Baseline first: it runs first in the Job.
     for p in sorted(passes, key=lambda p: (p["config_label"] != records.BASELINE,
                                            p.get("time") or 0)):
-        lines.append(records.dumps(records.Start(
+        yield records.dumps(records.Start(
             config_label=p["config_label"], config=p.get("config") or {},
             run_id=str(run["id"]), versions=run.get("versions") or {}, git=run.get("git"),
-            host=run.get("host"), time=p.get("time") or run.get("started") or run["created"])))
-        for s in by_label.get(p["config_label"], []):
-            lines.append(_step_line(s))
-    for label, steps in by_label.items():
+            host=run.get("host"), time=p.get("time") or run.get("started") or run["created"]))
+        if p["config_label"] in logged:
+            yield from map(_step_line, report.store.iter_steps(run["id"], p["config_label"]))
+    for label in logged:
         if label not in labels:
-            lines += [_step_line(s) for s in steps]
+            yield from map(_step_line, report.store.iter_steps(run["id"], label))
     for e in report.events:
         if e["kind"] == "end":
             continue
-        lines.append(records.dumps(records.Event(event=e["kind"], message=e["message"],
-                                                 data=e.get("data") or {}, time=e["time"])))
+        yield records.dumps(records.Event(event=e["kind"], message=e["message"],
+                                          data=e.get("data") or {}, time=e["time"]))
     if run["status"] in _END_STATUS:
-        lines.append(records.dumps(records.End(
+        yield records.dumps(records.End(
             status=_END_STATUS[run["status"]], error=run.get("exit_reason"),
-            time=run.get("ended") or run["created"])))
-    return lines
+            time=run.get("ended") or run["created"]))
 
 
 def _step_line(s: dict) -> str:
@@ -67,7 +70,7 @@ def _step_line(s: dict) -> str:
         time=s.get("time") or 0.0, extra=s.get("extra") or {}))
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list]) -> None:
+def _write_csv(path: Path, header: list[str], rows: Iterable[list]) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(header)
@@ -85,29 +88,29 @@ def _cell(value) -> object:
 def write_data(reports: list[RunReport], data_dir: Path) -> None:
     data_dir.mkdir(parents=True)
     for r in reports:
-        (data_dir / f"{r.slug}.jsonl").write_text("".join(line + "\n" for line in step_log(r)),
-                                                   encoding="utf-8")
+        with (data_dir / f"{r.slug}.jsonl").open("w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in step_log(r))
     _write_csv(data_dir / "gate-checks.csv",
                ["time", "run_id", "check_id", "passed", "gate", "reading", "threshold",
                 "verdict", "detail", "checks", "last_time", "load_min", "load_max"],
-               [[c["time"], r.id, c["id"], int(c["passed"]), g.get("name"),
+               ([c["time"], r.id, c["id"], int(c["passed"]), g.get("name"),
                  _cell(g.get("reading")), _cell(g.get("threshold")), g.get("verdict"),
                  _cell(g.get("detail")), _checks_in(c), _cell(c.get("last_time") or c["time"]),
                  _cell(c.get("load_min")), _cell(c.get("load_max"))]
-                for r in reports for c in r.gate_checks for g in c["gates"]])
+                for r in reports for c in r.gate_checks for g in c["gates"]))
     # A row is one sample, or (samples > 1) a minute folded by compaction: load1 is
     # then the minute's mean, load1_min/load1_max its range.
     _write_csv(data_dir / "host-load.csv",
                ["time", "run_id", "load1", "load5", "load15", "holders", "cards_free",
                 "samples", "load1_min", "load1_max"],
-               [[s["time"], r.id, s["load1"], s["load5"], s["load15"],
+               ([s["time"], r.id, s["load1"], s["load5"], s["load15"],
                  _cell(s.get("holder_count")), _cell(s.get("cards_free")), s.get("n") or 1,
                  _cell(s.get("load1_min", s["load1"]) if s.get("n") else s["load1"]),
                  _cell(s.get("load1_max", s["load1"]) if s.get("n") else s["load1"])]
-                for r in reports for s in r.samples])
+                for r in reports for s in r.store.iter_samples(r.id)))
     _write_csv(data_dir / "events.csv", ["time", "run_id", "kind", "message", "data"],
-               [[e["time"], r.id, e["kind"], e["message"], _cell(e.get("data"))]
-                for r in reports for e in r.events])
+               ([e["time"], r.id, e["kind"], e["message"], _cell(e.get("data"))]
+                for r in reports for e in r.events))
 
 
 # === Writing the note ========================================================

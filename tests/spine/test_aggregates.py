@@ -1,0 +1,188 @@
+"""A pass's numbers from the store's aggregates are the numbers of the full computation.
+
+``stats.pass_stats`` reads order statistics off SQLite's indexes; the
+reference is the functions that decode every step (``stats.summarize``,
+``stats.drift``, ``stats.loss_table``) and the medians ``statistics`` takes
+over the decoded steps, on random runs (seeded) with ties, gaps, repeats,
+non-finite losses, missing and negative phases and 0-token steps.
+"""
+
+import math
+import random
+import sqlite3
+import statistics
+
+import pytest
+
+from daemon import stats, stepmodel
+from daemon import store as store_mod
+from daemon.store import Store
+from trainer import records
+
+EPS = 2.0 ** -52
+
+
+def random_steps(rng: random.Random, label: str, n: int) -> list[records.Step]:
+    ties = rng.random() < 0.3  # few distinct step times: many equal values
+    out = []
+    step = 0
+    for _ in range(n):
+        step += 1 if rng.random() < 0.9 else rng.randint(2, 5)  # gaps
+        step_s = rng.choice([0.01, 0.02, 0.03]) if ties else rng.lognormvariate(-3, 0.5)
+        loss = rng.choice([math.nan, math.inf, -math.inf]) if rng.random() < 0.03 \
+            else rng.uniform(0.5, 4.0)
+        phases = {}
+        for p in records.PHASES:
+            r = rng.random()
+            if r < 0.05:
+                continue  # a phase missing from this step
+            value = -rng.random() * 1e-4 if r < 0.08 else step_s * rng.random() / 4
+            phases[p] = float(round(value * 1e4)) if rng.random() < 0.05 else value
+        tokens = 0 if rng.random() < 0.02 else rng.choice([128, 120, 256])
+        extra = {"layers": 4, "cards": 1, "resident_per_card": 0, "seq_len": 64, "accum": 2}
+        out.append(records.Step(label, step, loss, step_s, tokens, 1e-3, phases, extra=extra,
+                                time=float(step)))
+    return out
+
+
+def fill(store: Store, rng: random.Random, run_id: int, label: str, n: int) -> None:
+    steps = random_steps(rng, label, n)
+    fed = steps + rng.sample(steps, k=min(len(steps), 7))  # some fed twice
+    rng.shuffle(fed)
+    while fed:  # in batches of random size, out of order
+        k = rng.randint(1, 400)
+        store.add_steps(run_id, fed[:k])
+        fed = fed[k:]
+
+
+def reference(steps: list[dict]) -> dict:
+    """The numbers as computed before the aggregates, from every decoded step."""
+    chosen = stats.steady(steps)
+    summary = stats.summarize(steps)
+    d = stats.drift(steps)
+    return {
+        "steps": len(steps), "steady": len(chosen),
+        "first_step": chosen[0]["step"] if chosen else None,
+        "last_step": chosen[-1]["step"] if chosen else None,
+        "median_step_s": summary.median_step_s, "iqr_step_s": summary.iqr_step_s,
+        "tokens_per_s": summary.tokens_per_s, "first_loss": summary.first_loss,
+        "last_loss": summary.last_loss, "nonfinite_losses": summary.nonfinite_losses,
+        "slowest": (d.slowest_s, d.slowest_step), "early_median_s": d.early_median_s,
+        "phase_medians": {p: statistics.median(float((s.get("phases") or {}).get(p, 0.0))
+                                               for s in chosen) for p in records.PHASES}
+        if chosen else {},
+        "phase_counts": {p: sum(1 for s in chosen if p in (s.get("phases") or {}))
+                         for p in records.PHASES},
+        "tokens_or_64": statistics.median(float(s["tokens"] or 64) for s in chosen)
+        if chosen else None,
+    }
+
+
+def of_aggregates(p: stats.PassStats) -> dict:
+    return {
+        "steps": p.steps, "steady": p.steady, "first_step": p.first_step,
+        "last_step": p.last_step, "median_step_s": p.median_step_s,
+        "iqr_step_s": p.iqr_step_s, "tokens_per_s": p.tokens_per_s,
+        "first_loss": p.first_loss, "last_loss": p.last_loss,
+        "nonfinite_losses": p.nonfinite_losses, "slowest": (p.slowest_s, p.slowest_step),
+        "early_median_s": p.early_median_s,
+        "phase_medians": p.phase_medians if p.steady else {},
+        "phase_counts": p.phase_counts,
+        "tokens_or_64": p.median_tokens_or(64) if p.steady else None,
+    }
+
+
+def same(a, b) -> bool:
+    """Equal, NaN equal to NaN."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a == b
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_aggregates_give_the_full_computations_numbers_on_random_runs(store, seed):
+    rng = random.Random(seed)
+    n = rng.choice([1, 3, 5, 6, 7, 12, 25, 26, 90, 400, 2500])
+    other = store.add_run({"cards": 1})
+    run = store.add_run({"cards": 1})
+    fill(store, rng, other, records.MAIN, 50)  # another run's steps are not counted
+    fill(store, rng, run, records.MAIN, n)
+    fill(store, rng, run, records.BASELINE, rng.choice([3, 40]))
+    for label in (records.MAIN, records.BASELINE):
+        steps = store.steps(run, label)
+        got = of_aggregates(stats.pass_stats(store, run, label))
+        want = reference(steps)
+        assert same(got, want), {k: (got[k], want[k]) for k in got if not same(got[k], want[k])}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_loss_table_from_the_aggregates_matches_the_full_one(store, seed):
+    rng = random.Random(100 + seed)
+    run = store.add_run({"cards": 1})
+    fill(store, rng, run, records.MAIN, rng.choice([30, 700, 3000]))
+    steps = store.steps(run)
+    want = stats.loss_table(steps, steps[-1]["step"])
+    got = stats.loss_table_of(store, run, records.MAIN, steps[-1]["step"])
+    assert [(r.first, r.last, r.steps, r.median_step_s, r.nonfinite) for r in got] == \
+        [(r.first, r.last, r.steps, r.median_step_s, r.nonfinite) for r in want]
+    for g, w in zip(got, want):
+        if w.mean_loss is None:
+            assert g.mean_loss is None
+            continue
+        # SQLite sums in order; fmean sums exactly: they differ by the order's rounding.
+        assert g.mean_loss == pytest.approx(w.mean_loss, rel=w.steps * EPS, abs=0)
+
+
+def test_the_step_model_from_the_store_is_the_model_from_the_decoded_steps(store):
+    rng = random.Random(7)
+    run = store.add_run({"cards": 1})
+    fill(store, rng, run, records.BASELINE, 300)
+    fill(store, rng, run, records.MAIN, 900)
+    # Every steady step needs every phase for a fit: give them all, as the trainer does.
+    store.conn.execute("UPDATE steps SET phase_fwd_bwd = COALESCE(phase_fwd_bwd, 0.0),"
+                       " phase_upload = COALESCE(phase_upload, 0.0),"
+                       " phase_download = COALESCE(phase_download, 0.0),"
+                       " phase_host_optim = COALESCE(phase_host_optim, 0.0),"
+                       " phase_device_optim = COALESCE(phase_device_optim, 0.0)")
+    for row in store.steps(run, None):  # and the JSON the same, for the decoded reference
+        phases = {p: row["phases"].get(p, 0.0) for p in stepmodel.NEEDED} | row["phases"]
+        store.conn.execute("UPDATE steps SET phases = ? WHERE run_id = ? AND config_label = ?"
+                           " AND step = ?", (store_mod._json(phases), run, row["config_label"],
+                                             row["step"]))
+    baseline, main = store.steps(run, records.BASELINE), store.steps(run, records.MAIN)
+    want = stepmodel.compare(stepmodel.predict(stepmodel.fit(baseline,
+                                                             baseline_label=f"run {run} baseline"),
+                                               stepmodel.Shape.of_steps(main)), main)
+    got = stepmodel.for_run(store, run)
+    assert got.as_dict() == want.as_dict()
+
+
+def test_a_store_from_before_the_aggregates_is_backfilled_from_its_json(tmp_path):
+    path = tmp_path / "v6.db"
+    conn = sqlite3.connect(path)
+    for version in (1, 2, 3, 4, 5, 6):
+        for statement in store_mod.MIGRATIONS[version]:
+            conn.execute(statement)
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '6')")
+    conn.execute("INSERT INTO runs (status, config, position, created) "
+                 "VALUES ('done', '{\"cards\": 1}', 1, 0)")
+    rng = random.Random(3)
+    steps = random_steps(rng, records.MAIN, 200)
+    conn.executemany(
+        "INSERT INTO steps (run_id, config_label, step, loss, loss_flag, step_s, tokens, lr,"
+        " phases, memory, extra, time) VALUES (1,?,?,?,?,?,?,?,?,?,?,?)",
+        [(s.config_label, s.step, store_mod._finite_or_none(s.loss), store_mod._loss_flag(s.loss),
+          s.step_s, s.tokens, s.lr, store_mod._json(s.phases), "{}", store_mod._json(s.extra),
+          s.time) for s in steps])
+    conn.commit()
+    conn.close()
+    with Store(path) as s:
+        assert s.schema_version() == store_mod.SCHEMA_VERSION
+        assert s.step_counts(1) == {records.MAIN: 200}
+        got = of_aggregates(stats.pass_stats(s, 1, records.MAIN))
+        want = reference(s.steps(1, records.MAIN))
+        assert same(got, want)
