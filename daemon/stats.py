@@ -413,6 +413,20 @@ def pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> Pa
     )
 
 
+def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float | None]:
+    """(median step seconds, tokens per second) over steps 6-N of a stored pass, from its
+    aggregates: what ``SteadyMedians`` gives, without reading the steps."""
+    n_steady = store.pass_counts(run_id, label)[1]
+    if not n_steady:
+        p = PassStats.of_steps(store.steps(run_id, label))
+        return p.median_step_s, p.tokens_per_s
+    median_s = median_of_sorted(n_steady, lambda o, c: store.steady_sorted(
+        run_id, label, "step_s", o, c))
+    tokens = median_of_sorted(n_steady, lambda o, c: store.steady_sorted(
+        run_id, label, "tokens", o, c))
+    return median_s, (tokens / median_s if median_s and median_s > 0 else None)
+
+
 def loss_table_of(store, run_id: int, label: str, total_steps: int) -> list[LossRow]:
     """``loss_table`` of a stored pass from range sums and order statistics."""
     rows = []

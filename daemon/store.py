@@ -773,16 +773,17 @@ class Store:
     # 100,000-step run can be followed incrementally every second.
 
     def step_series(self, run_id: int, config_label: str = records.MAIN, *,
-                    after_step: int = 0) -> list[tuple]:
-        """``(step, loss, step_s, tokens, time)`` of steps after ``after_step``, in order.
+                    after_step: int = 0, limit: int = -1) -> list[tuple]:
+        """``(step, loss, step_s, tokens, time)`` of steps after ``after_step``, in order
+        (the first ``limit`` of them when given).
 
         A non-finite loss comes back as NaN or an infinity, as stored.
         """
         rows = self.conn.execute(
             "SELECT step, CASE WHEN loss_flag IS NOT NULL THEN loss_flag ELSE loss END,"
             " step_s, tokens, time FROM steps"
-            " WHERE run_id = ? AND config_label = ? AND step > ? ORDER BY step",
-            (run_id, config_label, after_step),
+            " WHERE run_id = ? AND config_label = ? AND step > ? ORDER BY step LIMIT ?",
+            (run_id, config_label, after_step, limit),
         ).fetchall()
         return [(s, None if loss is None else float(loss), step_s, tokens, t)
                 for s, loss, step_s, tokens, t in rows]

@@ -117,6 +117,9 @@ def test_the_aggregates_give_the_full_computations_numbers_on_random_runs(store,
         got = of_aggregates(stats.pass_stats(store, run, label))
         want = reference(steps)
         assert same(got, want), {k: (got[k], want[k]) for k in got if not same(got[k], want[k])}
+        running = stats.SteadyMedians()  # what the TUI kept before; now from the aggregates
+        running.add([(s["step"], s["step_s"], s["tokens"]) for s in steps])
+        assert same(stats.steady_medians(store, run, label), running.medians())
 
 
 @pytest.mark.parametrize("seed", range(8))
