@@ -12,7 +12,6 @@ import pwd
 import stat
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 DEVICE_GLOBS = ("/dev/rngd*", "/dev/rngd/*")
 
@@ -70,14 +69,6 @@ def device_files(globs=DEVICE_GLOBS) -> dict[str, int]:
     return found
 
 
-def _matches(target: str, rdev: int | None, devices: dict[str, int],
-             prefixes: tuple[str, ...]) -> bool:
-    # Paths are remapped inside containers: the device number is the stable key.
-    if rdev is not None and rdev in devices.values():
-        return True
-    return any(target == p or target.startswith(p) for p in prefixes)
-
-
 def _prefixes(globs) -> tuple[str, ...]:
     return tuple(g.rstrip("*") for g in globs)
 
@@ -89,61 +80,95 @@ def _user(uid: int) -> str:
         return str(uid)
 
 
-def _process_start(pid_dir: Path) -> float | None:
-    import psutil
-
+def _process_start(proc: str, pid: str) -> float | None:
+    """When the process started (epoch seconds), from the proc root: boot time plus its
+    start in clock ticks (field 22 of ``stat``), as psutil computes it."""
     try:
-        return psutil.Process(int(pid_dir.name)).create_time()
-    except psutil.Error:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open(f"{proc}/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, StopIteration):
         return None
 
 
+def _fd_targets(proc: str, pid: str) -> list[str] | None:
+    """Where each of the process's fds points; None when /proc would not say (PermissionError
+    propagates: another user's process, unreadable without root).
+
+    One open of ``fd/`` and a readlink per fd relative to it (``dir_fd``): the
+    kernel walks ``/proc/<pid>/fd`` once per process, not once per fd.
+    """
+    try:
+        dfd = os.open(f"{proc}/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY)
+    except PermissionError:
+        raise
+    except OSError:
+        return None  # the process ended while we looked
+    try:
+        targets = []
+        for name in os.listdir(dfd):
+            try:
+                targets.append((name, os.readlink(name, dir_fd=dfd)))
+            except OSError:
+                continue
+        return targets
+    finally:
+        os.close(dfd)
+
+
+def _device_number(proc: str, pid: str, fd: str) -> int | None:
+    try:
+        st = os.stat(f"{proc}/{pid}/fd/{fd}")
+    except OSError:
+        return None
+    return st.st_rdev if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else None
+
+
 def device_holders(globs=DEVICE_GLOBS, proc: str = "/proc") -> tuple[list[Holder], int]:
-    """Processes holding a device file, and how many processes could not be read."""
-    devices = device_files(globs)
+    """Processes holding a device file, and how many processes could not be read.
+
+    ``proc`` is the proc root (a generated tree in the benchmark and tests). A
+    file is held when its path starts with a glob's prefix, or, when device
+    files exist, when it is a device with one of their numbers: paths are
+    remapped inside containers, the device number is the stable key.
+    """
+    rdevs = set(device_files(globs).values())
     prefixes = _prefixes(globs)
     holders: list[Holder] = []
     unreadable = 0
-    for pid_dir in Path(proc).iterdir():
-        if not pid_dir.name.isdigit():
+    for pid in os.listdir(proc):
+        if not pid.isdigit():
             continue
-        fd_dir = pid_dir / "fd"
         try:
-            fds = list(fd_dir.iterdir())
+            targets = _fd_targets(proc, pid)
         except PermissionError:
             unreadable += 1
             continue
-        except OSError:
-            continue  # the process ended while we looked
-        files = []
-        for fd in fds:
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            rdev = None
-            if target.startswith("/dev/"):
-                try:
-                    st = os.stat(fd)
-                    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-                        rdev = st.st_rdev
-                except OSError:
-                    pass
-            elif not any(target.startswith(p) for p in prefixes):
-                continue
-            if _matches(target, rdev, devices, prefixes):
-                files.append(target)
-        if not files:
+        if not targets:
             continue
-        try:
-            uid = pid_dir.stat().st_uid
-            raw = (pid_dir / "cmdline").read_bytes()
-        except OSError:
-            continue
-        cmdline = " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
-        holders.append(Holder(int(pid_dir.name), _user(uid), cmdline, tuple(sorted(set(files))),
-                              _process_start(pid_dir)))
+        files = [target for fd, target in targets
+                 if target.startswith(prefixes)
+                 or (rdevs and target.startswith("/dev/")
+                     and _device_number(proc, pid, fd) in rdevs)]
+        if files:
+            holder = _holder(proc, pid, files)
+            if holder is not None:
+                holders.append(holder)
     return holders, unreadable
+
+
+def _holder(proc: str, pid: str, files: list[str]) -> Holder | None:
+    try:
+        uid = os.stat(f"{proc}/{pid}").st_uid
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    cmdline = " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
+    return Holder(int(pid), _user(uid), cmdline, tuple(sorted(set(files))),
+                  _process_start(proc, pid))
 
 
 def read_host(globs=DEVICE_GLOBS, proc: str = "/proc", now: float | None = None) -> HostReading:

@@ -1101,6 +1101,14 @@ class Store:
             " ORDER BY step_s LIMIT ? OFFSET ?",
             (run_id, config_label, first, last, count, offset))]
 
+    # === the ingest floor ====================================================
+
+    def insert_step_rows(self, rows: list[tuple]) -> None:
+        """One executemany of ready step rows (add_steps' column order), nothing else:
+        the floor bench/ingest.py measures ``Ingest.feed`` against."""
+        with self._transaction():
+            self.conn.executemany(_INSERT_STEP, rows)
+
     # === streaming reads =====================================================
     # For export: a run's steps and samples one at a time, in constant memory.
 

@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,19 @@ def test_no_device_files_means_no_holders_and_a_load_reading():
     reading = read_host(("/nonexistent/rngd*",))
     assert reading.holders == ()
     assert len(reading.load) == 3
+
+
+def test_a_generated_proc_tree_is_scanned_for_holders_of_its_device_files(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from fake_proc import make_proc
+
+    proc, _files, want = make_proc(tmp_path, processes=120, fds_per_process=9, holder_every=25)
+    reading = read_host((str(tmp_path / "dev" / "rngd*"),), proc=str(proc), now=5.0)
+    assert {h.pid: list(h.files) for h in reading.holders} == want
+    first = min(reading.holders, key=lambda h: h.pid)
+    assert first.cmdline == "python train.py --rank 0"
+    # btime 1700000000 plus the process's start, 100 * i ticks (i = 0 for the first)
+    assert first.started == 1_700_000_000
+    later = next(h for h in reading.holders if h.pid == 1025)
+    assert later.started == 1_700_000_000 + 2500 / os.sysconf("SC_CLK_TCK")
+    assert reading.complete
