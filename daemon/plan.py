@@ -124,7 +124,7 @@ def find_baseline(store, model: str) -> int:
         if str(run["config"].get("model")) != model:
             continue
         base = stepmodel.baseline_of(store, run["id"])
-        if base is not None and len(base.steps) >= needed:
+        if base is not None and base.stats.steps >= needed:
             return run["id"]
     raise BadInput(f"no baseline for model {model!r} in the store: no run of it has an "
                    f"all-offload pass of {needed} steps or more (submit one with --baseline, "
