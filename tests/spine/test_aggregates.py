@@ -65,6 +65,8 @@ def reference(steps: list[dict]) -> dict:
         "first_step": chosen[0]["step"] if chosen else None,
         "last_step": chosen[-1]["step"] if chosen else None,
         "median_step_s": summary.median_step_s, "iqr_step_s": summary.iqr_step_s,
+        "fwd_bwd_iqr": stats.quartiles([float((s.get("phases") or {}).get("fwd_bwd", 0.0))
+                                        for s in chosen]),
         "tokens_per_s": summary.tokens_per_s, "first_loss": summary.first_loss,
         "last_loss": summary.last_loss, "nonfinite_losses": summary.nonfinite_losses,
         "slowest": (d.slowest_s, d.slowest_step), "early_median_s": d.early_median_s,
@@ -82,7 +84,7 @@ def of_aggregates(p: stats.PassStats) -> dict:
     return {
         "steps": p.steps, "steady": p.steady, "first_step": p.first_step,
         "last_step": p.last_step, "median_step_s": p.median_step_s,
-        "iqr_step_s": p.iqr_step_s, "tokens_per_s": p.tokens_per_s,
+        "iqr_step_s": p.iqr_step_s, "fwd_bwd_iqr": p.fwd_bwd_iqr, "tokens_per_s": p.tokens_per_s,
         "first_loss": p.first_loss, "last_loss": p.last_loss,
         "nonfinite_losses": p.nonfinite_losses, "slowest": (p.slowest_s, p.slowest_step),
         "early_median_s": p.early_median_s,
