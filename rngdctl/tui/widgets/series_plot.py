@@ -1,10 +1,24 @@
-"""A line plot of one run series (loss or step time), already downsampled."""
+"""A line plot of one run series (loss or step time), already downsampled.
+
+Two widgets draw it: ``SeriesPlot`` (textual-plotext, the one the app uses)
+and ``NativeSeriesPlot`` (textual-plot, a native Textual widget), measured
+against each other by bench/tui_frame_time.py (docs/performance.md, "TUI").
+``PLOT`` names the one ``series_plot()`` makes. textual-plotext measured faster at
+the p95 and needs no snapshot change, so the app keeps it; textual-plot is not
+a dependency (``pip install textual-plot`` to measure it).
+"""
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from rngdctl.tui.data import Series
+
+#: "plotext" (textual-plotext) or "textual-plot"; the benchmark sets it per measurement.
+PLOT = "plotext"
 
 
 def points_note(series: Series) -> str:
@@ -32,3 +46,39 @@ class SeriesPlot(PlotextPlot):
             if line is not None:
                 plt.hline(line, color="orange")
         self.refresh()
+
+
+class NativeSeriesPlot(Vertical):
+    """The same plot drawn by textual-plot: a title line over a PlotWidget."""
+
+    DEFAULT_CSS = """
+    NativeSeriesPlot > Static { height: 1; text-align: center; }
+    NativeSeriesPlot > PlotWidget { height: 1fr; }
+    """
+
+    def compose(self) -> ComposeResult:
+        from textual_plot import PlotWidget
+
+        yield Static()
+        yield PlotWidget(allow_pan_and_zoom=False)
+
+    def show(self, title: str, series: Series, *, line: float | None = None) -> None:
+        from textual_plot import HiResMode, PlotWidget
+
+        key = (title, series, line)
+        if key == getattr(self, "_shown", None):
+            return
+        self._shown = key
+        self.query_one(Static).update(f"{title} · {points_note(series)}")
+        plot = self.query_one(PlotWidget)
+        plot.clear()
+        if series.x:
+            plot.plot(series.x, series.y, line_style="cyan", hires_mode=HiResMode.BRAILLE)
+            if line is not None:
+                plot.plot([series.x[0], series.x[-1]], [line, line], line_style="dark_orange")
+
+
+def series_plot(classes: str):
+    """The plot widget ``PLOT`` names."""
+    return NativeSeriesPlot(classes=classes) if PLOT == "textual-plot" else \
+        SeriesPlot(classes=classes)
