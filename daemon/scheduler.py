@@ -169,6 +169,7 @@ class Daemon:
             if outcome is not None:
                 self._record(run, outcome, now=now)
                 result.finished = (run["id"], outcome.status)
+        self._record_estimates(now)
         active = self.store.active_runs()
         if active:
             return result
@@ -198,6 +199,15 @@ class Daemon:
                 self.store.add_event(run["id"], "launch_failed", str(exc), now=now)
                 self._record(run, Outcome("failed", str(exc)), now=now)
         return result
+
+    def _record_estimates(self, now: float) -> None:
+        """Store the first start/end estimate of each queued run (its error is kept at its end)."""
+        from daemon.estimate import record_estimates
+
+        try:
+            record_estimates(self.store, now)
+        except Exception:  # an estimate is advice: it must never keep a run from launching
+            log.exception("estimating the queue failed")
 
     def _follow(self, run: dict) -> Outcome | None:
         if run.get("cancel_requested") and run["id"] not in self._cancelling:

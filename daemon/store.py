@@ -471,6 +471,7 @@ class Store:
         assert status in FINISHED, status
         self.update_run(run_id, status=status, exit_reason=reason, exit_code=exit_code,
                         ended=time.time() if now is None else now)
+        self._settle_estimate(run_id)
 
     def requeue(self, run_id: int) -> None:
         """Back to the head of the queue (after a rescued failure)."""
@@ -554,6 +555,40 @@ class Store:
         return bool(self.conn.execute(
             "UPDATE runs SET config = ?, name = ? WHERE id = ? AND status = ?",
             (_json(config), config.get("name"), run_id, QUEUED)).rowcount)
+
+    # === estimates (issue 14) ================================================
+
+    def queued_without_estimate(self) -> set[int]:
+        rows = self.conn.execute(
+            "SELECT id FROM runs WHERE status = ? AND id NOT IN (SELECT run_id FROM estimates)",
+            (QUEUED,)).fetchall()
+        return {r[0] for r in rows}
+
+    def add_estimate(self, run_id: int, *, made: float, position: int, start: float,
+                     end: float, basis: str) -> int:
+        """Keep a queued run's first estimate (a later one is ignored); 1 if stored."""
+        return self.conn.execute(
+            "INSERT OR IGNORE INTO estimates (run_id, made, position, start, end, basis)"
+            " VALUES (?, ?, ?, ?, ?, ?)", (run_id, made, position, start, end, basis)).rowcount
+
+    def estimate(self, run_id: int) -> dict | None:
+        rows = self._rows("SELECT * FROM estimates WHERE run_id = ?", [run_id])
+        return rows[0] if rows else None
+
+    def estimates(self) -> list[dict]:
+        """Every stored estimate with its run's status, oldest run first."""
+        return self._rows("SELECT e.*, r.status, r.started, r.ended FROM estimates e"
+                          " JOIN runs r ON r.id = e.run_id ORDER BY e.run_id")
+
+    def _settle_estimate(self, run_id: int) -> None:
+        # estimated - actual, in seconds: positive when the run started or ended earlier
+        # than estimated. A run that never started keeps no start or end error.
+        self.conn.execute(
+            "UPDATE estimates SET"
+            " start_error = start - (SELECT started FROM runs WHERE id = ?),"
+            " end_error = end - (SELECT ended FROM runs WHERE id = ?)"
+            " WHERE run_id = ? AND (SELECT started FROM runs WHERE id = ?) IS NOT NULL",
+            (run_id, run_id, run_id, run_id))
 
     # === passes ==============================================================
 

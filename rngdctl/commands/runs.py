@@ -116,6 +116,7 @@ def runs(home, as_json, show_all):
     Example: rngdctl runs --json
     """
     from daemon import liveness
+    from daemon.estimate import queue_estimates
     from daemon.store import ACTIVE
 
     now = time.time()
@@ -123,14 +124,16 @@ def runs(home, as_json, show_all):
         rows = store.runs(limit=None if show_all else 50)
         counts = {r["id"]: store.step_counts(r["id"]) for r in rows}
         live = liveness.for_home(home, store, now)
+        estimates = {e.run_id: e for e in queue_estimates(store, now)}
 
     def as_of(run: dict) -> float | None:
         # An active status is only kept current by a running daemon.
         return live.as_of if run["status"] in ACTIVE else None
 
     if as_json:
-        echo_json([{**r, "steps_done": counts[r["id"]].get("main", 0), "as_of": as_of(r)}
-                   for r in rows])
+        echo_json([{**r, "steps_done": counts[r["id"]].get("main", 0), "as_of": as_of(r),
+                    **({"estimate": estimates[r["id"]].as_dict()} if r["id"] in estimates
+                       else {})} for r in rows])
         return
     stale = [r for r in rows if as_of(r) is not None]
     if not live.running:
@@ -146,7 +149,23 @@ def runs(home, as_json, show_all):
         status = r["status"] + ("*" if as_of(r) is not None else "")
         click.echo(f"{r['id']:>4}  {(r['name'] or '–')[:16]:<16} {status:<10} "
                    f"{c['cards']:>5} {c['resident']:>4} {progress:>11}  "
-                   f"{str(c['model'])[-16:]:<16} {_ago(r['created'], now)}")
+                   f"{str(c['model'])[-16:]:<16} {_ago(r['created'], now)}"
+                   + (f"  {_estimate_text(estimates[r['id']])}" if r["id"] in estimates else ""))
+
+
+class _Est:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M", time.localtime(t))
+
+
+def _estimate_text(e) -> str:
+    if e.start is None:
+        return f"#{e.position}, no estimate"
+    return f"#{e.position}, start ~{_clock(e.start)}, end ~{_clock(e.end)}"
 
 
 def run_details(store, run_ref, live) -> dict:
@@ -176,9 +195,16 @@ def run_details(store, run_ref, live) -> dict:
         last = checks[-1].get("last_time") or checks[-1]["time"]  # a folded run: its last
         waiting = {"blocked_since": since, "as_of": None if live.running else last,
                    "blocked_by": [f"{g['name']}: {g['detail']}" for g in blocking]}
+    from daemon.estimate import queue_estimates
     from daemon.queueing import waiting_for
 
+    estimate = None
+    if run["status"] == QUEUED:
+        estimate = next((e.as_dict() for e in queue_estimates(store, time.time())
+                         if e.run_id == run["id"]), None)
     return {
+        "estimate": estimate,
+        "stored_estimate": store.estimate(run["id"]),
         "run": run,
         "daemon": live.as_dict(),
         "active": run["status"] in ACTIVE,
@@ -242,6 +268,15 @@ def show(home, as_json, run_ref):
         click.echo(f"  reason: {run['exit_reason'].splitlines()[0]}")
     if details["after"]:
         click.echo(f"  {details['after']['text']}")
+    est = details["estimate"]
+    if est:
+        click.echo(f"  queue: {_estimate_text(_Est(**est))}")
+        click.echo(f"    rests on: {est['basis']}")
+    stored = details["stored_estimate"]
+    if stored and stored.get("end_error") is not None:
+        click.echo(f"  estimate made {_clock(stored['made'])}: start ~{_clock(stored['start'])}, "
+                   f"end ~{_clock(stored['end'])}; error (estimated - actual) start "
+                   f"{stored['start_error']:+.0f} s, end {stored['end_error']:+.0f} s")
     if run.get("priority"):
         click.echo(f"  priority {run['priority']}")
     waiting = details["waiting"]
