@@ -45,11 +45,16 @@ def rngdctl(home: Home, *args: str, env_extra: dict | None = None, **kw) -> subp
 
 
 def trainers(home: Home) -> list[int]:
-    out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True,
-                         timeout=10, check=True).stdout
+    """This home's trainers; a trainer's own fork (git rev-parse, before its exec) is not one."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True,
+                         text=True, timeout=10, check=True).stdout
     marker = f"{home.path}/runs/"
-    return [int(line.split()[0]) for line in out.splitlines()
-            if " -m trainer train " in line and marker in line]
+    found = {}
+    for line in out.splitlines():
+        if " -m trainer train " in line and marker in line:
+            pid, ppid = line.split()[:2]
+            found[int(pid)] = int(ppid)
+    return [pid for pid, ppid in found.items() if ppid not in found]
 
 
 class PsSampler(threading.Thread):

@@ -35,12 +35,21 @@ def start_daemon(home, fault=None):
 
 
 def trainers(home) -> list[int]:
-    """Pids of this home's trainers, as `ps` lists them."""
-    out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True,
-                         timeout=10, check=True).stdout
+    """Pids of this home's trainers, as `ps` lists them.
+
+    A trainer forks to run `git rev-parse`: between that fork and its exec the child
+    still shows the trainer's command line. It is one trainer, not two, so a match
+    whose parent is itself a match is not counted.
+    """
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True,
+                         text=True, timeout=10, check=True).stdout
     marker = f"{home.path}/runs/"
-    return [int(line.split()[0]) for line in out.splitlines()
-            if " -m trainer train " in line and marker in line]
+    found = {}
+    for line in out.splitlines():
+        if " -m trainer train " in line and marker in line:
+            pid, ppid = line.split()[:2]
+            found[int(pid)] = int(ppid)
+    return [pid for pid, ppid in found.items() if ppid not in found]
 
 
 class PsSampler(threading.Thread):

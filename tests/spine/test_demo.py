@@ -23,7 +23,7 @@ def demo(home, *args):
     return subprocess.Popen([sys.executable, "-m", "rngdctl", "demo", "--home", str(home.path),
                              "--no-tui", *args], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=_interruptible)
+                            preexec_fn=_interruptible)  # noqa: PLW1509 (no threads here)
 
 
 @pytest.fixture
