@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -9,6 +10,13 @@ SHARED = REPO.parent / "shared"
 
 # Every subprocess a test starts trains on one thread: the suite runs on 2 cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# A suite started in the background of a shell without job control inherits SIGINT
+# ignored, every subprocess with it, and Python then never raises KeyboardInterrupt:
+# the tests that press Ctrl-C (the demo, events --follow) would hang. A handled signal
+# is reset to the default on exec, so handling it here gives every child Ctrl-C back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -12,18 +12,11 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.slow
 
 
-def _interruptible():
-    # A suite started in the background of a shell without job control inherits SIGINT
-    # ignored, and Python then never raises KeyboardInterrupt: give the demo Ctrl-C back.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def demo(home, *args):
     # A session of its own, so a failing test can kill the demo and its daemon together.
     return subprocess.Popen([sys.executable, "-m", "rngdctl", "demo", "--home", str(home.path),
                              "--no-tui", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=_interruptible)  # noqa: PLW1509 (no threads here)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 @pytest.fixture
