@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean
+.PHONY: demo test test-furiosa furiosa-env lint clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,8 +17,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/rngdctl demo $(DEMO_ARGS)
 
+# The main suite, then the tests that need the real furiosa-torch (torch 2.10.0) in its own
+# environment (see furiosa-env).
 test: $(STAMP)
-	$(PY) -m pytest -q $(TEST_ARGS)
+	$(PY) -m pytest -q --ignore=tests/furiosa $(TEST_ARGS)
+	$(MAKE) --no-print-directory test-furiosa
+
+# furiosa-torch pins torch 2.10.0, a CUDA build of about 7 GB: a second environment, built
+# once outside the clone (~/.cache/rngdctl/furiosa-env-<hash of its pins>) and reused.
+furiosa-env:
+	python3 deploy/furiosa/env.py build
+
+# Where the environment cannot be built, these run with .venv and skip, naming the reason.
+FURIOSA_TESTS := tests/furiosa tests/trainer/test_trainer_numerics.py
+test-furiosa: $(STAMP)
+	$(PY) deploy/furiosa/env.py pytest -q -p no:cacheprovider $(FURIOSA_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rngdctl daemon trainer tests bench

@@ -5,19 +5,20 @@
 - ``cpu``: the host itself plays the card. Uploads and downloads are real
   copies between the host's master buffers and the card's compute buffers.
 - ``cuda`` or ``cuda:N``: an NVIDIA GPU.
-- ``furiosa:N`` or ``furiosa:auto``: a Furiosa RNGD card through furiosa-torch
-  (device ``rngd:N``); ``auto`` picks a card no other process holds open.
-- ``cpu-compiled``: a CPU card that runs every graph through ``torch.compile``
-  (the ``aot_eager`` backend: forward and backward graphs captured, static
-  shapes, no code generation), the way a furiosa card does. It exercises the
-  compiled path (``trainer compile``, graph reuse across layers) on the host.
+- ``furiosa:N`` or ``furiosa:auto``: Furiosa RNGD card N (``/dev/rngd/npuN``) through
+  furiosa-torch (trainer/furiosa.py): its 8 PEs fused into one device, the device type the
+  package registers (``furiosa`` or ``rngd``). ``auto`` picks a card no other process holds
+  open. The step runs eagerly, op by op (the package's compiled graphs have no autograd).
+- ``cpu-compiled``: a CPU card that runs every graph through ``torch.compile`` (the
+  ``aot_eager`` backend: forward and backward graphs captured, static shapes, no code
+  generation). It exercises ``trainer compile`` and graph reuse across layers on the host.
+  It is not a stand-in for an RNGD card: nothing of furiosa-torch runs.
 - ``cpu-perturbed``: a CPU card that adds relative noise of 1e-3 to every
   tensor it receives. It exists so that ``trainer check`` can be shown to fail.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from dataclasses import dataclass
@@ -26,9 +27,6 @@ import torch
 
 from trainer.errors import BackendUnavailable, UsageError
 
-FURIOSA_PACKAGE = "furiosa-torch"
-FURIOSA_WHERE = "Furiosa's own package index (it is not on PyPI; see the FuriosaAI SDK docs)"
-FURIOSA_MODULES = ("furiosa_torch", "furiosa.torch")  # the import names releases have used
 
 
 @dataclass
@@ -112,68 +110,29 @@ class CudaBackend(Backend):
 
 
 class FuriosaBackend(Backend):
-    """An RNGD card through furiosa-torch: device ``rngd:N``, graphs compiled with torch.compile."""
+    """A whole RNGD card through furiosa-torch, run eagerly op by op.
+
+    ``needs_compile``: every op compiles on its first call with a new shape (the package caches
+    the kernels), which ``trainer compile`` warms. No peak-memory API exists (None).
+    """
 
     def synchronize(self) -> None:
-        mod = getattr(torch, "rngd", None)
-        if mod is not None and hasattr(mod, "synchronize"):
-            mod.synchronize(self.device)
+        from trainer import furiosa_torch
 
-    def peak_gb(self) -> float | None:
-        mod = getattr(torch, "rngd", None)
-        if mod is not None and hasattr(mod, "max_memory_allocated"):
-            return mod.max_memory_allocated(self.device) / 1e9
-        return None
-
-    def reset_peak(self) -> None:
-        mod = getattr(torch, "rngd", None)
-        if mod is not None and hasattr(mod, "reset_peak_memory_stats"):
-            mod.reset_peak_memory_stats(self.device)
-
-    def compile(self, fn):
-        return torch.compile(fn, backend=_furiosa_compile_backend(), dynamic=False)
+        furiosa_torch.synchronize(self.device)
 
 
-def _import_furiosa():
-    for name in FURIOSA_MODULES:
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise BackendUnavailable(
-        f"the furiosa backend needs {FURIOSA_PACKAGE}, which is not installed here; "
-        f"install it from {FURIOSA_WHERE}"
-    )
+def rngd_holders(card: int, proc: str = "/proc") -> list:
+    """Other processes with card ``card``'s device files (``/dev/rngd/npuN...``) open.
 
+    The daemon's holder scan (daemon/probes.py, stdlib only) does the reading; the pattern
+    ``npu1*`` also matches ``npu10``, hence the exact match on the number here.
+    """
+    from daemon.probes import device_holders
 
-def _furiosa_compile_backend():
-    mod = _import_furiosa()
-    return getattr(mod, "compile_backend", None) or "furiosa"
-
-
-def held_rngd_cards(proc: str = "/proc") -> set[int]:
-    """Card numbers whose device files (``/dev/rngd/npuN...``) some process has open."""
-    held: set[int] = set()
-    me = str(os.getpid())
-    try:
-        pids = [p for p in os.listdir(proc) if p.isdigit() and p != me]
-    except OSError:
-        return held
-    for pid in pids:
-        fd_dir = os.path.join(proc, pid, "fd")
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(os.path.join(fd_dir, fd))
-            except OSError:
-                continue
-            m = re.match(r"/dev/rngd/npu(\d+)", target)
-            if m:
-                held.add(int(m.group(1)))
-    return held
+    exact = re.compile(rf"/dev/rngd/npu{card}(?!\d)")
+    holders, _ = device_holders((f"/dev/rngd/npu{card}*",), proc)
+    return [h for h in holders if h.pid != os.getpid() and any(exact.match(f) for f in h.files)]
 
 
 def present_rngd_cards(dev: str = "/dev/rngd") -> list[int]:
@@ -182,6 +141,47 @@ def present_rngd_cards(dev: str = "/dev/rngd") -> list[int]:
     except OSError:
         return []
     return sorted({int(m.group(1)) for n in names if (m := re.match(r"npu(\d+)mgmt$", n))})
+
+
+def _held_by(card: int, holders: list) -> str:
+    h = holders[0]
+    command = h.cmdline if len(h.cmdline) <= 80 else h.cmdline[:77] + "..."
+    return f"card {card} is held by pid {h.pid} ({command})"
+
+
+def _furiosa(spec: str, which: str, taken: set[int]) -> Backend:
+    from trainer import furiosa_torch
+
+    furiosa_torch.load()
+    if which == "auto":
+        present = [n for n in present_rngd_cards() if n not in taken]
+        if not present:
+            # No device files: let the package say what is missing (the driver library).
+            try:
+                furiosa_torch.probe(0, furiosa_torch.card_device(0))
+            except furiosa_torch.NoCard as exc:
+                raise furiosa_torch.NoCard(f"backend {spec}: no RNGD card or driver on this host: "
+                                     f"/dev/rngd lists no npuN files and {exc.why}") from None
+            raise furiosa_torch.NoCard(f"backend {spec}: furiosa-torch reaches a card but /dev/rngd "
+                                 "lists no npuN files, so which is free cannot be told; "
+                                 "name one: --backend furiosa:N")
+        busy = {n: h for n in present if (h := rngd_holders(n))}
+        free = [n for n in present if n not in busy]
+        if not free:
+            raise BackendUnavailable(f"backend {spec}: every RNGD card is held: " + "; ".join(
+                _held_by(n, h) for n, h in busy.items()))
+        card = free[0]
+    else:
+        card = int(which)
+        if holders := rngd_holders(card):
+            raise BackendUnavailable(f"backend {spec}: {_held_by(card, holders)}")
+    device = furiosa_torch.card_device(card)
+    try:
+        furiosa_torch.probe(card, device)
+    except furiosa_torch.NoCard as exc:
+        raise furiosa_torch.NoCard(f"backend {spec}: {exc}", exc.why) from None
+    taken.add(card)
+    return FuriosaBackend(spec, device, fused_adamw=False, needs_compile=True)
 
 
 def parse(specs: str) -> list[Backend]:
@@ -210,17 +210,6 @@ def _one(spec: str, taken: set[int]) -> Backend:
         return CudaBackend(spec, torch.device("cuda", index))
     m = re.fullmatch(r"furiosa:(auto|\d+)", spec)
     if m:
-        _import_furiosa()
-        if m.group(1) == "auto":
-            held = held_rngd_cards()
-            free = [n for n in present_rngd_cards() if n not in held and n not in taken]
-            if not free:
-                raise BackendUnavailable(f"backend {spec}: no RNGD card is free (held: {sorted(held)})")
-            index = free[0]
-        else:
-            index = int(m.group(1))
-        taken.add(index)
-        return FuriosaBackend(spec, torch.device("rngd", index), fused_adamw=False,
-                              needs_compile=True)
+        return _furiosa(spec, m.group(1), taken)
     raise UsageError(f"unknown backend {spec!r}: give cpu, cuda[:N], furiosa:auto or furiosa:N "
                      "(or cpu-compiled, cpu-perturbed)")

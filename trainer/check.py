@@ -23,7 +23,7 @@ from trainer.engine import LayerEngine
 from trainer.errors import UsageError
 from trainer.records import EXIT_ERROR, EXIT_OK
 
-DEFAULT_RTOL = {"cpu": 1e-4, "cuda": 1e-4, "rngd": 5e-2}
+DEFAULT_RTOL = {"cpu": 1e-4, "cuda": 1e-4}  # a card (bf16 inside) gets 5e-2
 
 
 @dataclass

@@ -177,6 +177,11 @@ def cmd_train(args) -> int:
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - anything unexpected: the record, then the traceback
         label = getattr(locals().get("recipe"), "label", None)
+        known = _backend_failure(exc, args.backend)
+        if known is not None:  # an op the card's package cannot run: bad input, one line
+            writer.write(End(status="error", error=known, config_label=label))
+            print(f"trainer: error: {known}", file=sys.stderr)
+            return EXIT_USAGE
         writer.write(End(status="error", error=f"{type(exc).__name__}: {exc}",
                          config_label=label))
         traceback.print_exc()
@@ -184,6 +189,15 @@ def cmd_train(args) -> int:
     finally:
         if logfile is not None:
             logfile.close()
+
+
+def _backend_failure(exc: BaseException, backend: str) -> str | None:
+    """One line for a failure the card's package explains (an op it cannot run), else None."""
+    if "furiosa" not in backend:
+        return None
+    from trainer import furiosa_torch
+
+    return furiosa_torch.describe_op_failure(exc)
 
 
 def cmd_check(args) -> int:
@@ -200,6 +214,10 @@ def cmd_compile(args) -> int:
     writer = RecordWriter(sys.stdout, logfile)
     try:
         return run_compile(args.backend, args.model, args.seq_len, args.micro_batch, writer)
+    except UsageError as exc:
+        writer.write(End(status="error", error=str(exc)))
+        print(f"trainer: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except DeviceOutOfMemory as exc:
         writer.write(End(status="oom", error=str(exc), data={"where": exc.where}))
         print(f"trainer: {exc}", file=sys.stderr)
@@ -211,6 +229,11 @@ def cmd_compile(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if "furiosa" in getattr(args, "backend", ""):
+        # furiosa-torch's native code logs on fd 1: keep it out of the record stream.
+        from trainer.furiosa_torch import keep_records_clean
+
+        keep_records_clean()
     try:
         return args.func(args)
     except UsageError as exc:

@@ -61,12 +61,22 @@ def test_a_model_folder_trains_with_its_own_tokenizer(tmp_path, restore_signals)
     assert sum(isinstance(r, Step) for r in recs) == 3
 
 
-def test_furiosa_auto_takes_a_card_no_process_holds(tmp_path):
-    fd = tmp_path / "proc" / "4242" / "fd"
+def _fake_holder(proc, pid: int, *targets: str) -> None:
+    fd = proc / str(pid) / "fd"
     fd.mkdir(parents=True)
-    os.symlink("/dev/rngd/npu0pe0-3", fd / "7")
-    os.symlink("/dev/null", fd / "8")
-    assert backends.held_rngd_cards(str(tmp_path / "proc")) == {0}
+    for n, target in enumerate(targets):
+        os.symlink(target, fd / str(n + 3))
+    (proc / str(pid) / "cmdline").write_bytes(b"python\0bench.py\0")
+
+
+def test_a_card_is_held_by_the_process_with_its_device_files_open_and_npu1_is_not_npu10(tmp_path):
+    proc = tmp_path / "proc"
+    _fake_holder(proc, 4242, "/dev/rngd/npu0pe0-3", "/dev/null")
+    _fake_holder(proc, 4343, "/dev/rngd/npu10mgmt")
+    held = backends.rngd_holders(0, str(proc))
+    assert [(h.pid, h.cmdline) for h in held] == [(4242, "python bench.py")]
+    assert backends.rngd_holders(1, str(proc)) == []
+    assert [h.pid for h in backends.rngd_holders(10, str(proc))] == [4343]
     dev = tmp_path / "dev"
     dev.mkdir()
     for n in ("npu0mgmt", "npu0pe0", "npu1mgmt", "npu1pe0"):

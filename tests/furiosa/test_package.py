@@ -1,0 +1,65 @@
+"""The trainer's furiosa layer against the real furiosa-torch 2026.4.0 (no card on this host)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainer import backends, furiosa_torch
+from trainer.errors import BackendUnavailable, UsageError
+
+
+def test_the_device_type_is_the_one_the_package_registered():
+    import furiosa.torch  # noqa: F401  (registers the PrivateUse1 backend)
+
+    name = torch._C._get_privateuse1_backend_name()
+    assert furiosa_torch.device_type() == name == "furiosa"  # 2026.3 renamed it from rngd
+
+
+def test_cards_are_fused_devices_and_card_n_is_device_n():
+    import furiosa.torch as ft
+
+    assert furiosa_torch.card_device(3) == torch.device("furiosa", 3)
+    fusion, _mesh, devices = ft.get_device_configuration()
+    assert fusion.num_fusion == 8  # all 8 PEs of a card, not the default of one PE a device
+    assert len(devices) == 8  # 64 one-PE devices before fusing
+    assert furiosa_torch.card_device(0) == torch.device(devices[0])
+
+
+def test_a_card_beyond_the_package_device_list_is_bad_input():
+    with pytest.raises(UsageError, match=r"addresses cards 0\.\.7"):
+        furiosa_torch.card_device(8)
+
+
+def test_no_driver_is_one_error_naming_the_driver_library_and_prints_nothing(capfd):
+    with pytest.raises(furiosa_torch.NoCard) as caught:
+        furiosa_torch.probe(2, furiosa_torch.card_device(2))
+    message = str(caught.value)
+    assert "no RNGD card or driver" in message and "librenegade.so" in message
+    assert "/dev/rngd/npu2 does not exist" in message
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # the package's native error lines were captured
+
+
+def test_the_parser_turns_a_missing_card_into_a_backend_error():
+    with pytest.raises(BackendUnavailable, match="backend furiosa:1: no RNGD card or driver"):
+        backends.parse("furiosa:1")
+
+
+def test_the_compile_backend_is_the_packages_callable_not_a_string():
+    import furiosa.torch as ft
+
+    backend = furiosa_torch.compile_backend()
+    assert backend is ft.backend and callable(backend) and not isinstance(backend, str)
+    assert "furiosa" not in torch._dynamo.list_backends()  # the old string never was one
+
+
+def test_an_op_the_package_cannot_compile_is_described_in_one_line():
+    from furiosa.torch.error import UnsupportedOpError
+
+    line = furiosa_torch.describe_op_failure(UnsupportedOpError("aten::_fused_rms_norm: no rule"))
+    assert line.startswith("furiosa-torch 2026.4.0 cannot run an op of the training step")
+    assert "aten::_fused_rms_norm" in line and "\n" not in line
+    grad = NotImplementedError("duplicated module outputs are not supported for autograd (op x)")
+    assert "cannot differentiate" in furiosa_torch.describe_op_failure(grad)
+    assert furiosa_torch.describe_op_failure(ValueError("unrelated")) is None
