@@ -31,7 +31,8 @@ furiosa-env:
 # Where the environment cannot be built, these run with .venv and skip, naming the reason.
 FURIOSA_TESTS := tests/furiosa tests/trainer/test_trainer_numerics.py
 test-furiosa: $(STAMP)
-	$(PY) deploy/furiosa/env.py pytest -q -p no:cacheprovider $(FURIOSA_TESTS)
+	$(PY) deploy/furiosa/env.py pytest -q -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
+		$(FURIOSA_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rngdctl daemon trainer tests bench

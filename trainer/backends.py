@@ -28,7 +28,6 @@ import torch
 from trainer.errors import BackendUnavailable, UsageError
 
 
-
 @dataclass
 class Backend:
     """One card: a torch device plus what the engine needs to know about it."""

@@ -1,6 +1,7 @@
 """``trainer compile``: warm a backend's compile cache without training.
 
-On a backend that compiles before it runs (cpu-compiled; furiosa, whose eager ops compile on their first call), one micro-batch of the
+On a backend that compiles before it runs (cpu-compiled: whole graphs;
+furiosa: each eager op on its first call), one micro-batch of the
 training step's shape runs through every distinct graph once: the
 embedding, a decoder layer forward and backward (all layers share that
 graph), and the final norm and head forward and backward. Each first run

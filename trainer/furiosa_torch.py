@@ -106,9 +106,10 @@ def fuse_cards() -> None:
         api.set_fusion(PES_PER_CARD)
     except RuntimeError as exc:  # set once per process; someone already did
         if _num_fusion(api.get_fusion()) != PES_PER_CARD:
-            raise BackendUnavailable(f"{PACKAGE} already fuses {_num_fusion(api.get_fusion())} "
-                                     f"PEs per device; a whole card needs {PES_PER_CARD} "
-                                     f"({exc})") from None
+            raise BackendUnavailable(
+                f"{PACKAGE} already runs {_num_fusion(api.get_fusion())} PE(s) per device "
+                f"(something touched a device first); a whole card needs {PES_PER_CARD} "
+                f"fused ({exc})") from None
     _fusion_done = True
 
 
@@ -217,4 +218,4 @@ def keep_records_clean() -> None:
     sys.stdout.flush()
     records = os.dup(1)
     os.dup2(2, 1)
-    sys.stdout = open(records, "w", buffering=1, encoding="utf-8", closefd=True)
+    sys.stdout = open(records, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 - for life

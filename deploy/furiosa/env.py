@@ -82,7 +82,8 @@ def _build_locked(env: Path) -> Path:
                str(release_dir(env, r)), r] for r in OTHER_RELEASES]
     for cmd in steps:
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+                                  check=False)
         except subprocess.TimeoutExpired:
             return _fail(failed, f"{' '.join(cmd[:4])} ran past {BUILD_TIMEOUT_S} s")
         if done.returncode != 0:

@@ -1,7 +1,9 @@
 """Tests against the real furiosa-torch, run by ``make test-furiosa`` in the furiosa environment.
 
 furiosa-torch pins torch 2.10.0, so it is not in .venv: deploy/furiosa/env.py builds a second
-environment (or reuses the cached one) and runs this folder with its python. Where that
+environment (or reuses the cached one) and runs this folder with its python, before the
+numerics tests: torch autoloads furiosa-torch there, and the first device touch fixes the PE
+fusion for the process, so the card tests must fuse first. Where that
 environment could not be built, these tests skip and say why; elsewhere (plain pytest in .venv)
 they skip naming the command that runs them.
 """
@@ -18,7 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "deploy" / "furiosa"))
-import env as furiosa_env  # noqa: E402  (deploy/furiosa/env.py: where the environment lives)
+import env as furiosa_env  # deploy/furiosa/env.py: where the environment lives
 
 
 def _why_not_here() -> str | None:

@@ -111,8 +111,11 @@ def test_bad_input_is_one_line_exit_2_without_traceback(trainer_cli):
 def test_furiosa_without_its_package_names_the_package_and_where_it_comes_from(trainer_cli):
     proc = trainer_cli("train", "--backend", "furiosa:auto", "--steps", "1")
     assert proc.returncode == records.EXIT_USAGE
-    assert "furiosa-torch" in proc.stderr and "not on PyPI" in proc.stderr
+    assert "furiosa-torch, which is not installed" in proc.stderr
+    assert "make furiosa-env" in proc.stderr  # where it comes from: its own environment
     assert len(proc.stderr.strip().splitlines()) == 1
+    end = parsed(proc.stdout)[-1]
+    assert isinstance(end, End) and end.error in proc.stderr
 
 
 def test_out_of_memory_ends_with_status_oom_naming_layer_and_phase(trainer_cli):
