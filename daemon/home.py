@@ -74,6 +74,9 @@ class K8sConfig:
     prepull_retry: float = 60.0  # seconds before a failed pre-pull is tried again
     cache_dir: str | None = None  # compile-cache path inside the container (--cache-dir)
     agents: bool = False  # read every node through its rngdctl agent (docs/design.md)
+    # --- RNGD cards (see docs/design.md) ---
+    card_resource: str | None = None  # None: the node's furiosa.ai/rngd, rngd-s or rngd-max
+    seccomp_profile: str = "Unconfined"  # the Job pod's; the driver uses io_uring; "" unsets
 
 
 @dataclass

@@ -80,7 +80,7 @@ def k8s_capacity(launcher, *, host_gb: float | None) -> Capacity:
 
     reading = launcher.cluster_reading({"id": None, "config": {"cards": 1}})
     node = launcher.client.read_node(launcher.node())
-    total = (cluster.allocatable_cards(node) if node else None) or 0
+    total = (cluster.allocatable_cards(node, launcher.k8s.card_resource) if node else None) or 0
     return Capacity(total, min(reading.cards_free or 0, total), host_gb,
                     f"k8s launcher: {reading.cards_detail}")
 

@@ -219,3 +219,41 @@ def keep_records_clean() -> None:
     records = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = open(records, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 - for life
+
+
+def smi_versions() -> dict[str, str]:
+    """The RNGD driver's and the cards' firmware versions, from furiosa-smi's Python binding.
+
+    Only where the ``furiosa-smi`` package is installed and answers: without it, or without a
+    card (``DeviceNotFoundError``), nothing; a version is a fact for the note, never a reason
+    to stop a run.
+    """
+    try:
+        import furiosa_smi
+    except ImportError:
+        return {}
+    out: dict[str, str] = {}
+    try:
+        out["rngd driver"] = _version_text(furiosa_smi.driver_info())
+        firmware = sorted({_version_text(_read(d, "firmware_version"))
+                           for d in furiosa_smi.list_devices()})
+    except Exception:  # noqa: BLE001 - SmiError and its kin: no card, no driver, no access
+        return out
+    if firmware:
+        out["rngd firmware"] = ", ".join(firmware)
+    return out
+
+
+def _read(obj, name: str):
+    """An attribute of a binding object, whether exposed as a property or as a method."""
+    value = getattr(obj, name, None)
+    return value() if callable(value) else value
+
+
+def _version_text(v) -> str:
+    """furiosa-smi's VersionInfo (major, minor, patch, prerelease) as 2026.4.0[-rc1]."""
+    if _read(v, "major") is None:
+        return str(v)
+    text = f"{_read(v, 'major')}.{_read(v, 'minor')}.{_read(v, 'patch')}"
+    pre = _read(v, "prerelease")
+    return f"{text}-{pre}" if pre else text

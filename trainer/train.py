@@ -373,7 +373,9 @@ def versions() -> dict:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             pass
-    return out
+    from trainer.furiosa_torch import smi_versions
+
+    return {**out, **smi_versions()}
 
 
 def git_commit() -> str | None:

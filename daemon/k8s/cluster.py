@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from daemon.k8s.jobspec import RESOURCE
+from daemon.k8s.jobspec import CARD_RESOURCES
 
 #: Waiting reasons that mean the image cannot be pulled (the pod stays Pending
 #: forever, holding its cards, and no Job failure policy ever fires).
@@ -36,24 +36,46 @@ def _quantity(value) -> int:
         return 0
 
 
-def allocatable_cards(node: dict) -> int | None:
+def card_resource(node: dict, configured: str | None = None) -> str | None:
+    """The node's card resource: ``configured`` (``[k8s] card_resource``) when set, else the
+    one of ``furiosa.ai/rngd``, ``rngd-s``, ``rngd-max`` its device plugin advertises."""
+    if configured:
+        return configured
     alloc = ((node.get("status") or {}).get("allocatable") or {})
-    return _quantity(alloc[RESOURCE]) if RESOURCE in alloc else None
+    return next((r for r in CARD_RESOURCES if r in alloc), None)
 
 
-def _container_cards(container: dict) -> int:
+def allocatable_cards(node: dict, configured: str | None = None) -> int | None:
+    resource = card_resource(node, configured)
+    alloc = ((node.get("status") or {}).get("allocatable") or {})
+    return _quantity(alloc[resource]) if resource in alloc else None
+
+
+def no_cards_message(node: dict, configured: str | None = None) -> str:
+    """Why a node shows no cards: the resource looked for, and the DRA alternative."""
+    name = (node.get("metadata") or {}).get("name", "?")
+    wanted = configured or ", ".join(CARD_RESOURCES)
+    return (f"node {name} has no allocatable {wanted} (Furiosa device plugin not running? "
+            "the alpha DRA driver publishes npu.furiosa.ai ResourceSlices instead, which "
+            "rngdctl does not read: set [k8s] card_resource or run the device plugin)")
+
+
+def container_cards(container: dict, resource: str | None = None) -> int:
+    """Cards a container asks for: of ``resource``, or of any RNGD card resource."""
     res = container.get("resources") or {}
     requests = res.get("requests") or {}
     limits = res.get("limits") or {}
     # For extended resources the API server copies limits into requests.
-    return _quantity(requests.get(RESOURCE, limits.get(RESOURCE)))
+    return sum(_quantity(requests.get(r, limits.get(r)))
+               for r in ((resource,) if resource else CARD_RESOURCES))
 
 
-def pod_cards(pod: dict) -> int:
+def pod_cards(pod: dict, resource: str | None = None) -> int:
     """The cards a pod holds: max(sum over containers, max over init containers)."""
     spec = pod.get("spec") or {}
-    main = sum(_container_cards(c) for c in spec.get("containers") or [])
-    init = max((_container_cards(c) for c in spec.get("initContainers") or []), default=0)
+    main = sum(container_cards(c, resource) for c in spec.get("containers") or [])
+    init = max((container_cards(c, resource) for c in spec.get("initContainers") or []),
+               default=0)
     return max(main, init)
 
 
@@ -61,24 +83,25 @@ def is_terminated(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def cards_free(node: dict, pods: list[dict]) -> tuple[int, str]:
+def cards_free(node: dict, pods: list[dict], configured: str | None = None) -> tuple[int, str]:
     """Allocatable cards minus what the node's non-terminated pods request, and why."""
     name = (node.get("metadata") or {}).get("name", "?")
-    total = allocatable_cards(node)
+    resource = card_resource(node, configured)
+    total = allocatable_cards(node, resource)
     if total is None:
-        return 0, f"node {name} has no allocatable {RESOURCE} (device plugin not running?)"
+        return 0, no_cards_message(node, configured)
     holders = []
     used = 0
     for pod in pods:
         if is_terminated(pod):
             continue
-        n = pod_cards(pod)
+        n = pod_cards(pod, resource)
         if n:
             used += n
             meta = pod.get("metadata") or {}
             holders.append(f"{meta.get('namespace', '?')}/{meta.get('name', '?')}={n}")
     free = max(0, total - used)
-    detail = f"node {name}: {total} allocatable, {used} requested"
+    detail = f"node {name}: {total} allocatable, {used} requested {resource}"
     if holders:
         detail += f" ({', '.join(holders[:4])}{' ...' if len(holders) > 4 else ''})"
     return free, detail

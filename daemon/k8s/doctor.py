@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 from daemon.home import Config
 from daemon.k8s import cluster as readings
-from daemon.k8s.jobspec import RESOURCE
+from daemon.k8s.jobspec import CARD_RESOURCES
 
 #: (verb, resource, subresource, group, namespaced): what the daemon does.
 PERMISSIONS = [
@@ -115,10 +115,11 @@ def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> 
     try:
         if not node_name:
             with_cards = [n["metadata"]["name"] for n in client.list_nodes()
-                          if (readings.allocatable_cards(n) or 0) > 0]
+                          if (readings.allocatable_cards(n, k8s.card_resource) or 0) > 0]
             if len(with_cards) != 1:
                 return out + [Check("node", False, f"[k8s] node is not set; nodes with "
-                                    f"{RESOURCE}: {', '.join(with_cards) or 'none'}",
+                                    f"{k8s.card_resource or ', '.join(CARD_RESOURCES)}: "
+                                    f"{', '.join(with_cards) or 'none'}",
                                     "set [k8s] node = \"NAME\" in config.toml")]
             node_name = with_cards[0]
         node = client.read_node(node_name)
@@ -127,8 +128,11 @@ def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> 
     if node is None:
         return out + [Check("node", False, f"node {node_name} does not exist",
                             "kubectl get nodes; set [k8s] node in config.toml")]
-    cards = readings.allocatable_cards(node)
-    out.append(Check("node", bool(cards), f"{node_name}: {cards or 0} allocatable {RESOURCE}",
+    cards = readings.allocatable_cards(node, k8s.card_resource)
+    resource = readings.card_resource(node, k8s.card_resource)
+    out.append(Check("node", bool(cards),
+                     f"{node_name}: {cards} allocatable {resource}" if cards
+                     else readings.no_cards_message(node, k8s.card_resource),
                      "" if cards else "install the Furiosa device plugin on the node"))
     listed = readings.image_listed(node, k8s.image)
     out.append(Check("image", listed,

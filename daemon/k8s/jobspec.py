@@ -12,7 +12,10 @@ import re
 
 from daemon.errors import ConfigError
 
-RESOURCE = "furiosa.ai/rngd"
+#: The Furiosa device plugin names the resource after the card's arch, one unit a card.
+CARD_RESOURCES = ("furiosa.ai/rngd", "furiosa.ai/rngd-s", "furiosa.ai/rngd-max")
+RESOURCE = CARD_RESOURCES[0]  # the usual one; a node's own is read (cluster.card_resource)
+SECCOMP_PROFILES = ("Unconfined", "RuntimeDefault", "")
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "rngdctl"
 RUN_LABEL = "rngdctl.io/run-id"
@@ -101,7 +104,7 @@ def volumes(k8s) -> tuple[list[dict], list[dict]]:
     return pod_volumes, mounts
 
 
-def _resources(k8s, cards: int) -> dict:
+def _resources(k8s, cards: int, resource: str) -> dict:
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if k8s.cpu:
@@ -111,8 +114,8 @@ def _resources(k8s, cards: int) -> dict:
         limits["memory"] = str(k8s.memory)
     if cards:
         # Extended resources: requests must equal limits.
-        requests[RESOURCE] = str(cards)
-        limits[RESOURCE] = str(cards)
+        requests[resource] = str(cards)
+        limits[resource] = str(cards)
     out: dict = {}
     if requests:
         out["requests"] = requests
@@ -122,8 +125,13 @@ def _resources(k8s, cards: int) -> dict:
 
 
 def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str],
-        stage: str = TRAIN) -> dict:
-    """A ``batch/v1`` Job that runs ``argv`` once on ``node``; the compile stage asks no card."""
+        stage: str = TRAIN, resource: str = RESOURCE) -> dict:
+    """A ``batch/v1`` Job that runs ``argv`` once on ``node``; the compile stage asks no card.
+
+    ``resource`` is the node's card resource. The pod's seccomp profile is ``[k8s]
+    seccomp_profile`` (Unconfined by default: the RNGD driver uses io_uring, which the
+    runtime's default profile blocks; Furiosa's own examples run so); empty leaves it unset.
+    """
     config = run["config"]
     cards = int(config["cards"]) if stage == TRAIN else 0
     deadline = int(config.get("deadline") or k8s.default_deadline)
@@ -135,7 +143,7 @@ def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str],
         "imagePullPolicy": k8s.pull_policy,
         "command": list(argv),
         "env": _env(k8s, run["id"]),
-        "resources": _resources(k8s, cards),
+        "resources": _resources(k8s, cards, resource),
     }
     if mounts:
         container["volumeMounts"] = mounts
@@ -148,6 +156,12 @@ def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str],
         pod_spec["volumes"] = pod_volumes
     if k8s.service_account:
         pod_spec["serviceAccountName"] = k8s.service_account
+    if k8s.seccomp_profile not in SECCOMP_PROFILES:
+        raise ConfigError(f"config.toml: [k8s] seccomp_profile must be one of "
+                          f"{', '.join(repr(p) for p in SECCOMP_PROFILES)}, "
+                          f"got {k8s.seccomp_profile!r}")
+    if k8s.seccomp_profile:
+        pod_spec["securityContext"] = {"seccompProfile": {"type": k8s.seccomp_profile}}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -110,11 +110,12 @@ class K8sLauncher:
         if self._node:
             return self._node
         with_cards = [n["metadata"]["name"] for n in self.client.list_nodes()
-                      if (cluster.allocatable_cards(n) or 0) > 0]
+                      if (cluster.allocatable_cards(n, self.k8s.card_resource) or 0) > 0]
         if len(with_cards) != 1:
             found = ", ".join(with_cards) or "none"
-            raise ConfigError(f"set [k8s] node in config.toml: nodes with {jobspec.RESOURCE}: "
-                              f"{found}")
+            raise ConfigError(f"set [k8s] node in config.toml: nodes with RNGD cards "
+                              f"({self.k8s.card_resource or ', '.join(jobspec.CARD_RESOURCES)}):"
+                              f" {found}")
         self._node = with_cards[0]
         return self._node
 
@@ -226,7 +227,8 @@ class K8sLauncher:
         node = self.client.read_node(node_name)
         if node is None:
             return None, 0, f"node {node_name} does not exist"
-        free, detail = cluster.cards_free(node, self.client.pods_on_node(node_name))
+        free, detail = cluster.cards_free(node, self.client.pods_on_node(node_name),
+                                          self.k8s.card_resource)
         return node, free, detail
 
     def launch(self, run: dict) -> None:
@@ -736,7 +738,7 @@ class K8sLauncher:
         argv = trainer_argv(run, log_path=None, python="python", cache_dir=self.k8s.cache_dir,
                             command=command)
         body = jobspec.job(run, self.k8s, name=name, node=node, image=image, argv=argv,
-                           stage=stage)
+                           stage=stage, resource=self._card_resource(node))
         try:
             self.client.create_job(self.ns, body)
         except K8sConflict:
@@ -755,20 +757,26 @@ class K8sLauncher:
                              now=self.clock(), data=data)
         return name
 
+    def _card_resource(self, node_name: str) -> str:
+        """``[k8s] card_resource``, else the one the node advertises (1 API call)."""
+        if self.k8s.card_resource:
+            return self.k8s.card_resource
+        node = self.client.read_node(node_name) or {}
+        return cluster.card_resource(node) or jobspec.RESOURCE
+
     @staticmethod
     def _job_data(job: dict, stage: str) -> dict:
         """What a Job really has, for the ``launch`` event (the experiment note reads it)."""
         meta, spec = job.get("metadata") or {}, job.get("spec") or {}
         pod = ((spec.get("template") or {}).get("spec")) or {}
         container = (pod.get("containers") or [{}])[0]
-        limits = (container.get("resources") or {}).get("limits") or {}
         return {
             "job": meta.get("name"),
             "namespace": meta.get("namespace"),
             "stage": stage,
             "node": (pod.get("nodeSelector") or {}).get(jobspec.HOSTNAME_LABEL),
             "image": container.get("image"),
-            "cards": int(limits.get(jobspec.RESOURCE) or 0),
+            "cards": cluster.container_cards(container),
             "activeDeadlineSeconds": spec.get("activeDeadlineSeconds"),
             "ttlSecondsAfterFinished": spec.get("ttlSecondsAfterFinished"),
         }

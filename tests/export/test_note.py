@@ -235,3 +235,13 @@ def test_a_failed_runs_end_is_listed_under_what_went_wrong(store, recorded, tmp_
     section = note_for(store, [run], tmp_path).split("## What went wrong\n\n", 1)[1]
     assert section.startswith("- `+20s` end: error: RuntimeError: boom\n"
                               "- `+21s` finished: failed: exit 1\n")
+
+
+def test_the_code_line_names_furiosa_torch_and_the_rngd_driver_and_firmware(store, recorded,
+                                                                            tmp_path):
+    run_id = recorded(drifting_steps(), config={"backend": "furiosa:0"})
+    store.update_run(run_id, versions={"torch": "2.10.0", "furiosa-torch": "2026.4.0",
+                                       "rngd driver": "2026.4.0", "rngd firmware": "2026.4.0"})
+    text = note_for(store, [run_id], tmp_path)
+    assert ("- Code: git b3cb03b, furiosa-torch 2026.4.0, rngd driver 2026.4.0, "
+            "rngd firmware 2026.4.0, torch 2.10.0.") in text
