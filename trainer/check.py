@@ -20,7 +20,7 @@ import torch
 
 from trainer import backends, data, models
 from trainer.engine import LayerEngine
-from trainer.errors import UsageError
+from trainer.errors import BackendUnavailable, UsageError
 from trainer.records import EXIT_ERROR, EXIT_OK
 
 DEFAULT_RTOL = {"cpu": 1e-4, "cuda": 1e-4}  # a card (bf16 inside) gets 5e-2
@@ -91,8 +91,23 @@ def check(backend_spec: str, model_name: str, seq_len: int, resident: int, seed:
 
 
 def run_check(backend_spec: str, model_name: str, seq_len: int, resident: int, seed: int,
-              rtol: float | None, as_json: bool = False) -> int:
-    rows, rtol = check(backend_spec, model_name, seq_len, resident, seed, rtol)
+              rtol: float | None, as_json: bool = False, ops: bool = False,
+              probe: bool = True) -> int:
+    """Compare the backend with CPU fp32; a furiosa backend without a card (or ``ops``) gives
+    the hardware-free op report of one training step instead."""
+    furiosa = backend_spec.startswith("furiosa")
+    if ops and not furiosa:
+        raise UsageError("--ops reports what furiosa-torch would run: give --backend furiosa:N")
+    if furiosa and ops:
+        return run_op_report(model_name, seq_len, None, as_json, probe)
+    try:
+        rows, rtol = check(backend_spec, model_name, seq_len, resident, seed, rtol)
+    except BackendUnavailable as exc:
+        from trainer.furiosa_torch import NoCard
+
+        if not isinstance(exc, NoCard):
+            raise
+        return run_op_report(model_name, seq_len, str(exc), as_json, probe)
     ok = all(r.ok for r in rows)
     if as_json:
         print(json.dumps({"backend": backend_spec, "rtol": rtol, "ok": ok,
@@ -105,3 +120,24 @@ def run_check(backend_spec: str, model_name: str, seq_len: int, resident: int, s
             print(f"{r.name:<16} {r.max_abs:>12.3e} {r.max_rel:>12.3e}{'' if r.ok else '  OVER'}")
         print("ok" if ok else "FAILED: over tolerance", file=sys.stdout if ok else sys.stderr)
     return EXIT_OK if ok else EXIT_ERROR
+
+
+def run_op_report(model_name: str, seq_len: int, no_card: str | None, as_json: bool,
+                  probe: bool) -> int:
+    """The op report (trainer/ops.py): exit 0 when every op compiles for a card, else 1."""
+    from trainer import furiosa_torch, ops
+
+    unprobed = ops.why_not_probed() if probe else None
+    probe = probe and unprobed is None
+    graphs = ops.step_graphs(model_name, seq_len, probe=probe)
+    failing = [r for g in graphs for r in g.failing()]
+    if as_json:
+        print(json.dumps({"model": model_name, "furiosa_torch": furiosa_torch.version(),
+                          "probed": probe, "not_probed_because": unprobed,
+                          "no_card": no_card, "ok": not failing,
+                          "graphs": [asdict(g) for g in graphs]}))
+    else:
+        if no_card:
+            print(f"{no_card}: no card to compare, so the op report instead")
+        print(ops.render(model_name, graphs, furiosa_torch.version(), probe, unprobed))
+    return EXIT_OK if not failing else EXIT_ERROR

@@ -86,7 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="compare one forward and backward on a backend with CPU fp32",
                        description="One forward and backward on BACKEND and on the CPU fp32 "
-                                   "reference; prints max errors; exits 1 over tolerance.")
+                                   "reference; prints max errors; exits 1 over tolerance. "
+                                   "furiosa:N without a card: the op report of one training "
+                                   "step (what furiosa-torch compiles and what it cannot); "
+                                   "exits 1 when an op cannot run on a card.")
     c.add_argument("--backend", default="cpu")
     c.add_argument("--model", default="tiny-llama")
     c.add_argument("--seq-len", type=int, default=32)
@@ -95,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--rtol", type=float, default=None,
                    help="relative tolerance (default 1e-4 for cpu and cuda, 5e-2 for furiosa)")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    c.add_argument("--ops", action="store_true",
+                   help="furiosa: the op report of one training step even with a card (it is "
+                        "what check gives without one)")
+    c.add_argument("--trace-only", action="store_true",
+                   help="op report: list the ops without compile-probing each (fast)")
     c.set_defaults(func=cmd_check)
 
     k = sub.add_parser("compile", help="warm a backend's compile cache without training",
@@ -204,7 +212,7 @@ def cmd_check(args) -> int:
     from trainer.check import run_check
 
     return run_check(args.backend, args.model, args.seq_len, args.resident_layers, args.seed,
-                     args.rtol, as_json=args.json)
+                     args.rtol, as_json=args.json, ops=args.ops, probe=not args.trace_only)
 
 
 def cmd_compile(args) -> int:
