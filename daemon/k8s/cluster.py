@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from daemon.k8s.jobspec import CARD_RESOURCES
+from daemon.k8s.jobspec import CARD_RESOURCES, RESOURCE
 
 #: Waiting reasons that mean the image cannot be pulled (the pod stays Pending
 #: forever, holding its cards, and no Job failure policy ever fires).
@@ -101,7 +101,9 @@ def cards_free(node: dict, pods: list[dict], configured: str | None = None) -> t
             meta = pod.get("metadata") or {}
             holders.append(f"{meta.get('namespace', '?')}/{meta.get('name', '?')}={n}")
     free = max(0, total - used)
-    detail = f"node {name}: {total} allocatable, {used} requested {resource}"
+    detail = f"node {name}: {total} allocatable, {used} requested"
+    if resource != RESOURCE:  # name the resource where it is not the usual one
+        detail += f" {resource}"
     if holders:
         detail += f" ({', '.join(holders[:4])}{' ...' if len(holders) > 4 else ''})"
     return free, detail
