@@ -282,6 +282,14 @@ def _decode(row: dict) -> dict:
     return row
 
 
+def _where(*clauses: tuple[str, Any]) -> tuple[str, list]:
+    """`` WHERE a = ? AND b >= ?`` over the clauses whose value is given (not None), and
+    their parameters: the optional filters of a read, written once."""
+    given = [(clause, value) for clause, value in clauses if value is not None]
+    where = " WHERE " + " AND ".join(clause for clause, _ in given) if given else ""
+    return where, [value for _, value in given]
+
+
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
@@ -669,17 +677,9 @@ class Store:
 
     def samples(self, *, run_id: int | None = None, since: float | None = None,
                 until: float | None = None) -> list[dict]:
-        sql, params = "SELECT * FROM samples WHERE 1=1", []
-        if run_id is not None:
-            sql += " AND run_id = ?"
-            params.append(run_id)
-        if since is not None:
-            sql += " AND time >= ?"
-            params.append(since)
-        if until is not None:
-            sql += " AND time <= ?"
-            params.append(until)
-        return self._rows(sql + " ORDER BY time", params)
+        where, params = _where(("run_id = ?", run_id), ("time >= ?", since),
+                               ("time <= ?", until))
+        return self._rows(f"SELECT * FROM samples{where} ORDER BY time", params)
 
     # === gate checks =========================================================
 
@@ -876,17 +876,9 @@ class Store:
         ``after_id`` gives only events stored after that one (``--follow``);
         ``limit`` keeps the newest that many.
         """
-        sql, params = "SELECT * FROM events WHERE 1=1", []
-        if run_id is not None:
-            sql += " AND run_id = ?"
-            params.append(run_id)
-        if since is not None:
-            sql += " AND time >= ?"
-            params.append(since)
-        if after_id is not None:
-            sql += " AND id > ?"
-            params.append(after_id)
-        sql += " ORDER BY id DESC"
+        where, params = _where(("run_id = ?", run_id), ("time >= ?", since),
+                               ("id > ?", after_id))
+        sql = f"SELECT * FROM events{where} ORDER BY id DESC"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
