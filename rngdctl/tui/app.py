@@ -35,9 +35,9 @@ from textual.worker import Worker, WorkerFailed, WorkerState
 
 from daemon.errors import RngdctlError
 from daemon.home import Home
+from rngdctl.tui.actions import WriteActions
 from rngdctl.tui.data import DaemonView, RunView, Snapshot, ViewSource, run_label
 from rngdctl.tui.widgets import (
-    ConfirmScreen,
     CurrentRunPanel,
     DaemonBar,
     EventsPanel,
@@ -49,7 +49,6 @@ from rngdctl.tui.widgets import (
     LogScreen,
     QueuePanel,
     RunDetailScreen,
-    SubmitScreen,
 )
 
 REFRESH_S = 1.0
@@ -65,7 +64,7 @@ PANEL_TITLES = {"current": "current run", "gates": "gates", "queue": "queue",
                 "history": "history", "holders": "device holders"}
 
 
-class RngdApp(App[None]):
+class RngdApp(WriteActions, App[None]):
     """The monitor. ``clock`` is injectable so that tests and snapshots are exact."""
 
     CSS_PATH = "app.tcss"
@@ -350,7 +349,7 @@ class RngdApp(App[None]):
             if isinstance(screen, RunDetailScreen) and screen.run_id == message.view.run_id:
                 screen.show(message.view, message.note, message.now)
 
-    # === actions (hidden by --read-only) ======================================
+    # === actions (hidden by --read-only; the keys' methods are in actions.py) ===
 
     @work(thread=True, exit_on_error=False, group="action")
     def write_store(self, fn: Callable[[ViewSource], str]) -> None:
@@ -363,98 +362,6 @@ class RngdApp(App[None]):
     def action_done(self, message: ActionDone) -> None:
         self.notify(message.message)
         self.refresh_data()
-
-    def action_cancel_run(self) -> None:
-        run_id = self.selected_run()
-        if run_id is None:
-            self.notify("no run selected", severity="warning")
-            return
-        label = self._describe(run_id)
-
-        def answered(yes: bool | None) -> None:
-            if not yes:
-                self.notify(f"{label}: not cancelled")
-                return
-
-            def cancel(source: ViewSource) -> str:
-                outcome = source.store.request_cancel(run_id, now=self.clock())
-                return {"cancelled": f"{label}: cancelled",
-                        "requested": f"{label}: cancel requested; the daemon stops it"
-                        }.get(outcome, f"{label}: already {outcome}, nothing to cancel")
-
-            self.write_store(cancel)
-
-        self.push_screen(ConfirmScreen(f"Cancel run {label}?"), answered)
-
-    def _queued_selection(self) -> int | None:
-        if self._panel_of_focus() != "queue":
-            self.notify("select a run in the queue (3) first", severity="warning")
-            return None
-        run_id = self.query_one(QueuePanel).selected_run
-        if run_id is None:
-            self.notify("the queue is empty", severity="warning")
-        return run_id
-
-    def action_toggle_hold(self) -> None:
-        run_id = self._queued_selection()
-        if run_id is None:
-            return
-        held = next((r.held for r in self.snapshot.queue if r.run_id == run_id), False)
-        label = self._describe(run_id)
-
-        def hold(source: ViewSource) -> str:
-            source.store.set_held(run_id, not held)
-            return f"{label}: {'released' if held else 'held'}"
-
-        self.write_store(hold)
-
-    def action_move(self, delta: int) -> None:
-        run_id = self._queued_selection()
-        if run_id is None:
-            return
-        label = self._describe(run_id)
-        table = self.query_one("#queue-table", DataTable)
-        target = max(0, min(table.row_count - 1, table.cursor_row + delta))
-
-        def move(source: ViewSource) -> str:
-            source.store.move(run_id, delta)
-            return f"{label}: moved {'up' if delta < 0 else 'down'}"
-
-        table.move_cursor(row=target, animate=False)
-        self.write_store(move)
-
-    def action_submit(self) -> None:
-        def submitted(config: dict | None) -> None:
-            if config is None:
-                return
-
-            def add(source: ViewSource) -> str:
-                run_id = source.store.add_run(config, name=config.get("name"),
-                                              now=self.clock())
-                return f"queued run #{run_id}"
-
-            self.write_store(add)
-
-        self.push_screen(SubmitScreen(), submitted)
-
-    def action_export(self) -> None:
-        run_id = self.selected_run()
-        if run_id is None:
-            self.notify("no run selected", severity="warning")
-            return
-        self.export_run(run_id)
-
-    def export_run(self, run_id: int) -> None:
-        out = self.export_dir
-        label = self._describe(run_id)
-
-        def export_note(source: ViewSource) -> str:
-            from rngdctl.export import write_note
-
-            note = write_note(source.store, [run_id], out)
-            return f"{label}: note written to {note}"
-
-        self.write_store(export_note)
 
     # === a text frame =========================================================
 

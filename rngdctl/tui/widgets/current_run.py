@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from rngdctl.tui.data import RunView, ago, num, percent, run_label, status_text
 from rngdctl.tui.widgets._update import update_if_changed
-from rngdctl.tui.widgets.series_plot import series_plot
+from rngdctl.tui.widgets.run_plots import RunPlots
 
 STATUS_STYLES = {"running": "bold green", "launching": "bold green", "done": "green",
                  "failed": "bold red", "oom": "bold red", "timeout": "bold red",
@@ -96,20 +96,6 @@ def events_text(view: RunView) -> Text:
     text.no_wrap = True
     text.overflow = "ellipsis"
     return text
-
-
-class RunPlots(Horizontal):
-    """The loss and step-time plots of one run, side by side."""
-
-    def compose(self) -> ComposeResult:
-        yield series_plot("loss-plot")
-        yield series_plot("step-plot")
-
-    def show(self, view: RunView) -> None:
-        loss, step = self.children
-        loss.show("loss", view.loss)
-        model = " · model ─" if view.model_s is not None else ""
-        step.show(f"step s{model}", view.step_time, line=view.model_s)
 
 
 class CurrentRunPanel(Vertical, can_focus=True):

@@ -11,7 +11,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Markdown, Static
 
 from rngdctl.tui.data import RunView
-from rngdctl.tui.widgets.current_run import RunPlots, phases_renderable, summary_text
+from rngdctl.tui.widgets.current_run import phases_renderable, summary_text
+from rngdctl.tui.widgets.run_plots import RunPlots
 
 
 class RunDetailScreen(Screen[None]):
