@@ -18,6 +18,19 @@ PASS, FAIL, NA = "pass", "fail", "n/a"
 HOST_LOAD, DEVICE_IDLE, CARDS_FREE, IMAGE_PRESENT, ONE_AT_A_TIME = (
     "host_load", "device_idle", "cards_free", "image_present", "one_at_a_time")
 GATE_NAMES = (HOST_LOAD, DEVICE_IDLE, CARDS_FREE, IMAGE_PRESENT, ONE_AT_A_TIME)
+#: With node agents (daemon/nodes.py): an informational gate, never blocking. Its reading
+#: is the node the run would go to (the closest, when every node blocks), its detail
+#: every node's verdict, one line each.
+NODES = "nodes"
+
+
+def node_verdicts(gates: list[dict]) -> dict:
+    """From a stored check: {"node": where the run would go, "nodes": [each node's
+    verdict]}; {} without node agents. For ``show`` and the TUI."""
+    summary = next((g for g in gates if g.get("name") == NODES), None)
+    if summary is None:
+        return {}
+    return {"node": summary.get("reading"), "nodes": (summary.get("detail") or "").split("\n")}
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,10 @@ class ClusterReading:
     host: HostReading | None = None
     holders: tuple = ()
     extra: tuple = ()
+    #: With node agents: the node the run would go to, and how many of our runs a node
+    #: may hold at once (``[k8s] runs_per_node``). None: one run at a time in all.
+    node: str | None = None
+    per_node: int = 1
 
 
 def _host_load(host: HostReading, load_max: float) -> Gate:
@@ -95,11 +112,28 @@ def _image_present(cluster: ClusterReading) -> Gate:
                 PASS if cluster.image_present else FAIL, cluster.image_detail)
 
 
-def _one_at_a_time(active: list[dict]) -> Gate:
-    if active:
-        return Gate(ONE_AT_A_TIME, len(active), "0 active", FAIL,
-                    f"run {active[0]['id']} is {active[0]['status']}")
-    return Gate(ONE_AT_A_TIME, 0, "0 active", PASS, "no run active")
+def one_at_a_time(active: list[dict], node: str | None = None, per_node: int = 1) -> Gate:
+    """Room for one more of our runs: none active (``node`` None), else fewer than
+    ``per_node`` on ``node`` (a run whose node is unknown counts as on every node).
+
+    The store's claim enforces the same rule (``Store.claim_for_launch``); this
+    gate says it to the user before the claim refuses.
+    """
+    if node is None:
+        if active:
+            return Gate(ONE_AT_A_TIME, len(active), "0 active", FAIL,
+                        f"run {active[0]['id']} is {active[0]['status']}")
+        return Gate(ONE_AT_A_TIME, 0, "0 active", PASS, "no run active")
+    here = [r for r in active if r.get("node") in (node, None)]
+    limit = max(1, per_node)
+    threshold = "0 active" if limit == 1 else f"< {limit} active"
+    if len(here) >= limit:
+        where = f"on {node}" + (f" ({len(here)} of {limit} per node)" if limit > 1 else "")
+        return Gate(ONE_AT_A_TIME, len(here), threshold, FAIL,
+                    f"run {here[0]['id']} is {here[0]['status']} {where}")
+    return Gate(ONE_AT_A_TIME, len(here), threshold, PASS,
+                f"no run of ours on {node}" if not here
+                else f"{len(here)} of {limit} runs of ours on {node}")
 
 
 def evaluate(*, host: HostReading, cluster: ClusterReading, cards: int, active: list[dict],
@@ -117,7 +151,7 @@ def evaluate(*, host: HostReading, cluster: ClusterReading, cards: int, active: 
         _device_idle(host, set(own_pids), holders),
         _cards_free(cluster, cards),
         _image_present(cluster),
-        _one_at_a_time(active),
+        one_at_a_time(active, cluster.node, cluster.per_node),
         *cluster.extra[1:],
     ]
 

@@ -74,6 +74,7 @@ class K8sConfig:
     prepull_retry: float = 60.0  # seconds before a failed pre-pull is tried again
     cache_dir: str | None = None  # compile-cache path inside the container (--cache-dir)
     agents: bool = False  # read every node through its rngdctl agent (docs/design.md)
+    runs_per_node: int = 1  # with agents: our runs at once on one node; nodes run in parallel
     # --- RNGD cards (see docs/design.md) ---
     card_resource: str | None = None  # None: the node's furiosa.ai/rngd, rngd-s or rngd-max
     seccomp_profile: str = "Unconfined"  # the Job pod's; the driver uses io_uring; "" unsets
@@ -122,6 +123,9 @@ def parse_config(text: str) -> Config:
     if not config.daemon.full_resolution_days >= 0 or not config.daemon.compact_every > 0:
         raise ConfigError("config.toml: [daemon] full_resolution_days must be >= 0 and "
                           "compact_every > 0")
+    if config.k8s.runs_per_node < 1:
+        raise ConfigError(f"config.toml: [k8s] runs_per_node must be >= 1, "
+                          f"got {config.k8s.runs_per_node}")
     if config.daemon.launcher not in ("local", "k8s"):
         raise ConfigError(f"config.toml: [daemon] launcher must be local or k8s, "
                           f"got {config.daemon.launcher!r}")

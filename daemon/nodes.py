@@ -13,15 +13,23 @@ import json
 import time
 from dataclasses import dataclass
 
-from daemon.gates import CARDS_FREE, DEVICE_IDLE, FAIL, HOST_LOAD, NA, ONE_AT_A_TIME, PASS, Gate
+from daemon.gates import (
+    CARDS_FREE,
+    DEVICE_IDLE,
+    FAIL,
+    HOST_LOAD,
+    NA,
+    NODES,
+    PASS,
+    Gate,
+    one_at_a_time,
+)
 from daemon.holders import HolderRow, describe
 from daemon.k8s import cluster, jobspec
 from daemon.probes import Holder, HostReading
 
 #: Gate name: the node's agent has published within SILENT_TICKS of its ticks.
 AGENT = "agent"
-#: Gate name (informational, never blocks): every node's verdict in one line.
-NODES = "nodes"
 #: An agent silent for more than this many of its own ticks blocks its node.
 SILENT_TICKS = 3
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -167,20 +175,17 @@ def _idle_gate(state: NodeState, own_runs: set[int]) -> Gate:
 
 
 def node_gates(state: NodeState, *, cards: int, load_max: float, active: list[dict],
-               now: float) -> list[Gate]:
-    """The gates of one node for a run needing ``cards``: agent, load, holders, cards, runs."""
-    here = [r for r in active if r.get("node") == state.name]
+               now: float, per_node: int = 1) -> list[Gate]:
+    """The gates of one node for a run needing ``cards``: agent, load, holders, cards, and
+    room for one more of our runs there (fewer than ``per_node`` active)."""
     own_runs = {r["id"] for r in active}
-    one = (Gate(ONE_AT_A_TIME, len(here), "0 active", FAIL,
-                f"run {here[0]['id']} is {here[0]['status']} on {state.name}") if here
-           else Gate(ONE_AT_A_TIME, 0, "0 active", PASS, f"no run of ours on {state.name}"))
     return [
         _agent_gate(state, now),
         _load_gate(state, load_max),
         _idle_gate(state, own_runs),
         Gate(CARDS_FREE, state.cards_free, f">= {cards}",
              PASS if state.cards_free >= cards else FAIL, state.cards_detail),
-        one,
+        one_at_a_time(active, state.name, per_node),
     ]
 
 
@@ -203,6 +208,14 @@ def closest(verdicts: list[tuple[NodeState, list[Gate]]]) -> tuple[NodeState, li
         return None
     return min(verdicts, key=lambda v: (sum(g.blocks for g in v[1]), -v[0].cards_free,
                                         v[0].name))
+
+
+def summary_gate(verdicts: list[tuple[NodeState, list[Gate]]], chosen: NodeState) -> Gate:
+    """The informational ``nodes`` gate: its reading the node the run would go to (or the
+    closest, when none passes), its detail every node's verdict, one line each."""
+    would = sum(1 for _, gates in verdicts if not any(g.blocks for g in gates))
+    return Gate(NODES, chosen.name, f"{would} of {len(verdicts)} would launch", NA,
+                "\n".join(verdict(s, g) for s, g in verdicts))
 
 
 def agent_host(agent: AgentReading) -> HostReading:

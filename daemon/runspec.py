@@ -40,6 +40,8 @@ INTERLEAVE_BLOCK = 5
 
 _BACKEND = re.compile(r"^(cpu|cuda(:\d+)?|furiosa:(auto|\d+))$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+#: A Kubernetes node name (a DNS-1123 subdomain).
+_NODE = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 #: The largest integer option: a count past it is a typo, and every count must fit
@@ -110,6 +112,9 @@ def validate(options: dict) -> dict:
     if config.get("name") is not None and not _NAME.match(config["name"]):
         raise BadInput(f"--name {config['name']!r}: use letters, digits, '.', '_' or '-' "
                        f"(at most 63, starting with a letter or digit)")
+    if config.get("node") is not None and not _NODE.match(config["node"]):
+        raise BadInput(f"--node {config['node']!r}: not a Kubernetes node name (lower-case "
+                       f"letters, digits, '-' and '.')")
     config["model"] = _check_model(config["model"])
     config["data"] = _check_data(config["data"])
     layers = model_layers(config["model"])
@@ -184,7 +189,7 @@ SETTABLE = {
     "cards": int, "resident": int, "steps": int, "baseline": bool, "baseline_steps": int,
     "model": str, "data": str, "seq_len": int, "accum": int, "lr": float, "seed": int,
     "lora": int, "backend": str, "image": str, "deadline": int, "precompile": bool, "name": str,
-    "interleave": int,
+    "interleave": int, "node": str,
 }
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
@@ -206,7 +211,7 @@ def parse_setting(text: str) -> tuple[str, object]:
     if raw == "":
         if key in DEFAULTS:
             return key, DEFAULTS[key]
-        if key == "name":
+        if key in ("name", "node"):  # optional, with no default: unset
             return key, None
         raise BadInput(f"--set {key}=: {key.replace('_', '-')} has no default to reset to")
     if kind is bool:

@@ -82,7 +82,7 @@ class Daemon:
         self._stop = threading.Event()
         self._lock = DaemonLock(home)
         self._passes_in_row = 0
-        self._head_id: int | None = None
+        self._head_id: tuple[int, str | None] | None = None  # (run, node) passes count for
         self._cancelling: set[int] = set()
         self.compactor = Compactor(store, full_resolution_days=config.daemon.full_resolution_days,
                                    every=config.daemon.compact_every)
@@ -170,25 +170,38 @@ class Daemon:
                 self._record(run, outcome, now=now)
                 result.finished = (run["id"], outcome.status)
         self._record_estimates(now)
-        active = self.store.active_runs()
-        if active:
-            return result
+        self._schedule(host, held.rows, now, result)
+        return result
 
-        # 3. Nothing runs: gate the head of the queue. Runs whose --after run
-        # failed or was cancelled can never start: cancel them first, saying why.
+    def _schedule(self, host: HostReading, rows, now: float, result: TickResult) -> None:
+        """Gate the head of the queue and launch it where there is room: at most one launch.
+
+        ``launcher.runs_per_node`` None (the local launcher, Kubernetes without
+        agents): one run at a time, and nothing is gated while one is active.
+        N: up to N of our runs per node, nodes in parallel; the cluster reading
+        names the node the head would go to, and the store's claim for that
+        node is what finally enforces the limit (``Store.claim_for_launch``).
+        Queue order is strict: the run behind the head waits for the head.
+        """
+        per_node = getattr(self.launcher, "runs_per_node", None)
+        active = self.store.active_runs()
+        if active and per_node is None:
+            return
+        # Runs whose --after run failed or was cancelled can never start: cancel them
+        # first, saying why.
         for run_id, reason in self.store.cancel_broken_dependents(now=now):
             log.info("run %s cancelled: %s", run_id, reason)
         head = self.store.head_of_queue()
         if head is None:
             self._passes_in_row = 0
-            result.idle = True
-            return result
-        result.gates_passed = self._gate(head, host, held.rows, now)
-        if not result.gates_passed:
-            return result
-
-        # 4. Launch it.
-        if self.store.claim_for_launch(head["id"], launcher=self.launcher.name, now=now):
+            result.idle = not active
+            return
+        passed, node = self._gate(head, host, rows, now)
+        result.gates_passed = passed
+        if not passed:
+            return
+        if self.store.claim_for_launch(head["id"], launcher=self.launcher.name, node=node,
+                                       per_node=per_node or 1, now=now):
             faults.point("after_claim")
             self._passes_in_row = 0
             run = self.store.run(head["id"])
@@ -198,7 +211,6 @@ class Daemon:
             except LaunchError as exc:
                 self.store.add_event(run["id"], "launch_failed", str(exc), now=now)
                 self._record(run, Outcome("failed", str(exc)), now=now)
-        return result
 
     def _record_estimates(self, now: float) -> None:
         """Store the first start/end estimate of each queued run (its error is kept at its end)."""
@@ -244,10 +256,14 @@ class Daemon:
         return holders_mod.report(host, self.launcher, self.store, now=now, proc=self.proc,
                                   phantom_after=self.config.gates.phantom_after)
 
-    def _gate(self, head: dict, host: HostReading, rows, now: float) -> bool:
-        if head["id"] != self._head_id:
-            self._head_id, self._passes_in_row = head["id"], 0
+    def _gate(self, head: dict, host: HostReading, rows, now: float) -> tuple[bool, str | None]:
+        """(may the head launch now, the node it goes to: None without node agents).
+
+        The head must pass on ``consecutive`` ticks in a row, on the same node.
+        """
         cluster = self.launcher.cluster_reading(head)
+        if (head["id"], cluster.node) != self._head_id:
+            self._head_id, self._passes_in_row = (head["id"], cluster.node), 0
         gates = gates_mod.evaluate(host=host, cluster=cluster, cards=int(head["config"]["cards"]),
                                    active=self.store.active_runs(),
                                    load_max=self.config.gates.load_max,
@@ -255,7 +271,8 @@ class Daemon:
         passed = gates_mod.all_pass(gates)
         self._passes_in_row = self._passes_in_row + 1 if passed else 0
         self.store.add_gate_check(head["id"], [g.as_dict() for g in gates], passed, now=now)
-        return passed and self._passes_in_row >= max(1, self.config.gates.consecutive)
+        return passed and self._passes_in_row >= max(1, self.config.gates.consecutive), \
+            cluster.node
 
     def _record(self, run: dict, outcome: Outcome, now: float | None = None) -> None:
         self._cancelling.discard(run["id"])

@@ -457,20 +457,38 @@ class Store:
         assignments = ", ".join(f"{k} = ?" for k in fields)
         self.conn.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*values, run_id))
 
-    def claim_for_launch(self, run_id: int, *, launcher: str, now: float | None = None) -> bool:
-        """queued -> launching, only if still queued and nothing else is active."""
+    def claim_for_launch(self, run_id: int, *, launcher: str, node: str | None = None,
+                         per_node: int = 1, now: float | None = None) -> bool:
+        """queued -> launching, atomically, only where there is room; False when refused.
+
+        ``node`` None: the whole host is one place, and any active run refuses
+        the claim (one run at a time: the local launcher, one Kubernetes node).
+        ``node`` named: refused while ``per_node`` runs are active on that node
+        (an active run whose node is not known counts as on every node). Only a
+        queued, unheld run is claimed, so a run is launched once per claim: a
+        second claim of it (a second daemon, a stale reading) is refused. One
+        write transaction: two claimers, in one process or two, cannot both win.
+        The node is stored with the claim, so a restart knows where it went.
+        """
         now = time.time() if now is None else now
+        active = ",".join("?" * len(ACTIVE))
         with self._transaction():
-            busy = self.conn.execute(
-                f"SELECT COUNT(*) FROM runs WHERE status IN ({','.join('?' * len(ACTIVE))})",
-                ACTIVE,
-            ).fetchone()[0]
+            if node is None:
+                busy = self.conn.execute(
+                    f"SELECT COUNT(*) FROM runs WHERE status IN ({active})", ACTIVE,
+                ).fetchone()[0] > 0
+            else:
+                busy = self.conn.execute(
+                    f"SELECT COUNT(*) FROM runs WHERE status IN ({active})"
+                    " AND (node = ? OR node IS NULL)", (*ACTIVE, node),
+                ).fetchone()[0] >= max(1, per_node)
             changed = 0
             if not busy:
                 changed = self.conn.execute(
                     "UPDATE runs SET status = ?, launcher = ?, started = ?, "
-                    "attempts = attempts + 1 WHERE id = ? AND status = ? AND held = 0",
-                    (LAUNCHING, launcher, now, run_id, QUEUED),
+                    "attempts = attempts + 1, node = COALESCE(?, node)"
+                    " WHERE id = ? AND status = ? AND held = 0",
+                    (LAUNCHING, launcher, now, node, run_id, QUEUED),
                 ).rowcount
         return bool(changed)
 

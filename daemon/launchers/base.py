@@ -25,6 +25,9 @@ class Launcher(Protocol):
     """Constructed as ``Launcher(home=Home, store=Store, config=Config, ingest=Ingest)``."""
 
     name: str
+    #: None: one run at a time in all (nothing is gated while one is active). N: up to
+    #: N runs per node, nodes in parallel; ``cluster_reading`` then names the node.
+    runs_per_node: int | None
 
     def cluster_reading(self, run: dict) -> ClusterReading:
         """Cards free and image presence for the gates (None fields: not applicable)."""

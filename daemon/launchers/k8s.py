@@ -30,7 +30,7 @@ import time
 
 from daemon import cgroups, faults, nodes
 from daemon.errors import ConfigError, LaunchError
-from daemon.gates import NA, ClusterReading, Gate
+from daemon.gates import ClusterReading
 from daemon.home import Config, Home
 from daemon.ingest import Ingest
 from daemon.k8s import cluster, jobspec
@@ -122,6 +122,22 @@ class K8sLauncher:
     def _image(self, run: dict) -> str:
         return (run.get("config") or {}).get("image") or self.k8s.image
 
+    @property
+    def runs_per_node(self) -> int | None:
+        """With node agents, up to ``[k8s] runs_per_node`` runs per node, nodes in parallel;
+        without, one run at a time on the one node (None), as before agents."""
+        return max(1, self.k8s.runs_per_node) if self.k8s.agents else None
+
+    def _pinned(self, run: dict) -> str | None:
+        """The node a run must go to: its own (``submit --node``), else ``[k8s] node``."""
+        return (run.get("config") or {}).get("node") or self.k8s.node
+
+    def _launch_node(self, run: dict) -> str:
+        """Where ``launch`` sends the run: with agents, the node its claim stored."""
+        if self.k8s.agents and run.get("node"):
+            return run["node"]
+        return (run.get("config") or {}).get("node") or self.node()
+
     # === the Launcher protocol ===============================================
 
     def startup(self) -> None:
@@ -138,7 +154,7 @@ class K8sLauncher:
                                  "launcher: gates must pass on 2 ticks in a row (race safety)",
                                  now=self.clock())
         try:
-            node = self.node()
+            node = None if self.k8s.agents else self.node()  # agents: every node is ours
             jobs = self.client.list_jobs(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER})
         except K8sUnavailable as exc:
             self._down(None, exc)
@@ -163,9 +179,10 @@ class K8sLauncher:
         except K8sError as exc:  # not needed to run: the next gate check re-creates them
             self.store.add_event(None, "k8s_error", f"at startup, taking over pre-pull pods: "
                                  f"{exc}", now=self.clock())
-        log.info("k8s launcher: namespace %s, node %s", self.ns, node)
+        log.info("k8s launcher: namespace %s, node %s", self.ns, node or "any (agents)")
 
-    def _take_over_prepulls(self, node: str) -> None:
+    def _take_over_prepulls(self, node: str | None) -> None:
+        """``node`` None (agents): our pre-pull pods on every node."""
         pods = self.client.list_pods(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER,
                                                jobspec.STAGE_LABEL: jobspec.PREPULL})
         for pod in pods:
@@ -173,17 +190,18 @@ class K8sLauncher:
             image = (spec.get("containers") or [{}])[0].get("image")
             name = (pod.get("metadata") or {}).get("name")
             view = cluster.pod_view(pod)
-            ours = bool(image) and spec.get("nodeName") == node
+            node_name = spec.get("nodeName")
+            ours = bool(image) and bool(node_name) and node in (None, node_name)
             if ours and not view.finished and view.waiting not in cluster.PULL_ERRORS:
-                if "prepull" not in self.state.image(node, image):  # created, then we died
-                    self.state.update_image(node, image,
+                if "prepull" not in self.state.image(node_name, image):  # created, then we died
+                    self.state.update_image(node_name, image,
                                             prepull={"pod": name, "since": self.clock()})
                 continue
             self.client.delete_pod(self.ns, name, grace_seconds=0)
             if ours and view.started:
-                self._got_image(node, image, view)
+                self._got_image(node_name, image, view)
             elif ours:
-                self.state.update_image(node, image, prepull=None)
+                self.state.update_image(node_name, image, prepull=None)
 
     def _drop_prepulls(self, node: str, keep: str) -> None:
         """Delete pre-pull pods of images the head of the queue no longer needs."""
@@ -209,7 +227,7 @@ class K8sLauncher:
         self._run_id = run.get("id")
         image = self._image(run)
         try:
-            node, free, detail = self._cards_on(self.node())
+            node, free, detail = self._cards_on(self._launch_node(run))
         except K8sUnavailable as exc:
             self._down(None, exc)
             return ClusterReading(0, f"Kubernetes API unavailable: {exc}", False,
@@ -235,7 +253,7 @@ class K8sLauncher:
         """Create the run's Job (or its compile Job first); the run becomes ``running``."""
         self._run_id = run["id"]
         try:
-            node = self.node()
+            node = self._launch_node(run)
         except (K8sError, ConfigError) as exc:
             raise LaunchError(str(exc)) from None
         # A new attempt: what the last one saw of holders and its trainer's end is void.
@@ -603,7 +621,11 @@ class K8sLauncher:
         """The node and the pods bound to it (1 API call), for the holder report.
 
         (node, None, why) when the API does not answer or the node is unknown.
+        With agents and no ``[k8s] node`` the daemon is on no particular node: no call
+        (each node's holders are in its agent's reading).
         """
+        if self.k8s.agents and not self._node:
+            return None, None, "node agents: each node's holders are in its agent's reading"
         try:
             node = self.node()
             return node, self.client.pods_on_node(node), None
@@ -848,15 +870,18 @@ class K8sLauncher:
         active = self.store.active_runs()
         return [(state, nodes.node_gates(state, cards=int(run["config"]["cards"]),
                                          load_max=self.config.gates.load_max, active=active,
-                                         now=now))
+                                         now=now, per_node=self.runs_per_node or 1))
                 for state in self.node_states()]
 
     def _agents_reading(self, run: dict) -> ClusterReading:
         """Gate every node from its agent; the launch node's reading stands in for /proc.
 
-        The launch node is ``[k8s] node`` when set; else, of the nodes where every
-        gate passes, the one with the most cards free (ties: the one listing the
-        image); else the closest one, whose blocking gates say why nothing starts.
+        The launch node is the run's own (``submit --node``), else ``[k8s] node``;
+        else, of the nodes where every gate passes (a node already holding
+        ``runs_per_node`` of our runs does not), the one with the most cards free
+        (ties: the one listing the image); else the closest one, whose blocking
+        gates say why nothing starts. The reading names that node: the scheduler
+        claims the run for it, and ``launch`` sends the Job there.
         """
         self._run_id = run.get("id")
         image = self._image(run)
@@ -869,20 +894,18 @@ class K8sLauncher:
         except K8sRejected as exc:
             return ClusterReading(0, f"cannot read the nodes: {exc}", False, "unknown")
         self._up(None)
-        chosen = nodes.choose(verdicts, pinned=self.k8s.node, image=image)
+        pinned = self._pinned(run)
+        chosen = nodes.choose(verdicts, pinned=pinned, image=image)
         if chosen is None:
-            where = self.k8s.node or "any node"
+            where = pinned or "any node"
             return ClusterReading(0, f"no node with {jobspec.RESOURCE} ({where})", False,
                                   "unknown")
         state, gates = chosen
-        if not self.k8s.node:
-            self._node = state.name  # where launch() sends the Job
-        lines = [nodes.verdict(s, g) for s, g in verdicts]
-        would = sum(1 for _, g in verdicts if not any(x.blocks for x in g))
-        summary = Gate(nodes.NODES, would, "informational", NA, "; ".join(lines))
         present, image_detail = self._image_reading(run, state.node, image)
         agent = state.agent
         return ClusterReading(
             state.cards_free, state.cards_detail, present, image_detail,
             host=nodes.agent_host(agent) if agent else None,
-            holders=agent.holders if agent else (), extra=(gates[0], summary))
+            holders=agent.holders if agent else (),
+            extra=(gates[0], nodes.summary_gate(verdicts, state)),
+            node=state.name, per_node=self.runs_per_node or 1)

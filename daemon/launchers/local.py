@@ -117,6 +117,7 @@ def lock_holder(path: Path) -> psutil.Process | None:
 
 class LocalLauncher:
     name = "local"
+    runs_per_node = None  # one trainer on this host at a time
 
     def __init__(self, *, home: Home, store: Store, config: Config, ingest: Ingest,
                  python: str | None = None, clock=time.time):

@@ -128,8 +128,11 @@ def _print_gates(reading: dict) -> None:
                + ("all pass" if reading["passed"] else "BLOCKED"))
     glyph = {"pass": "✓", "fail": "✗", "n/a": "–"}
     for g in reading["gates"]:
+        first, *more = g["detail"].split("\n")  # the nodes gate: one line per node
         click.echo(f"  {glyph[g['verdict']]} {g['name']:<14} {fmt(g['reading'])!s:>8}  "
-                   f"{g['threshold']:<12} {g['detail']}")
+                   f"{g['threshold']:<12} {first}")
+        for line in more:
+            click.echo(f"{'':>42}{line}")
     click.echo(f"  ({reading['visibility']})")
     if reading["daemon_summary"]:
         click.echo(f"  {reading['daemon_summary']}: nothing launches until a daemon starts")

@@ -65,6 +65,8 @@ class CardsParam(click.ParamType):
 @click.option("--precompile", is_flag=True, default=None,
               help="k8s: run `trainer compile` in a card-less Job first.")
 @click.option("--name", help="A name to refer to the run by.")
+@click.option("--node", help="k8s with node agents: run only on this node (default: the "
+                             "passing node with the most cards free).")
 @click.option("--after", "after", metavar="RUN",
               help="Start only once RUN is done (Slurm's afterok); if RUN fails or is "
                    "cancelled, this run is cancelled with the reason.")
@@ -172,6 +174,7 @@ def run_details(store, run_ref, live) -> dict:
     """Everything ``show`` prints, as data; ``live``: the daemon's Liveness."""
     from daemon import stats, stepmodel
     from daemon.errors import ModelFitError
+    from daemon.gates import node_verdicts
     from daemon.store import ACTIVE, QUEUED
 
     run = store.run(run_ref)
@@ -194,7 +197,8 @@ def run_details(store, run_ref, live) -> dict:
         # at the last stored check.
         last = checks[-1].get("last_time") or checks[-1]["time"]  # a folded run: its last
         waiting = {"blocked_since": since, "as_of": None if live.running else last,
-                   "blocked_by": [f"{g['name']}: {g['detail']}" for g in blocking]}
+                   "blocked_by": [f"{g['name']}: {g['detail']}" for g in blocking],
+                   **node_verdicts(checks[-1]["gates"])}  # with node agents
     from daemon.estimate import queue_estimates
     from daemon.queueing import waiting_for
 
@@ -283,9 +287,14 @@ def show(home, as_json, run_ref):
     if waiting:
         since, as_of = waiting["blocked_since"], waiting["as_of"]
         until = as_of if as_of is not None else now
+        where = ""
+        if waiting.get("node"):
+            where = f"{'pinned' if c.get('node') else 'closest'} node {waiting['node']}: "
         click.echo(f"  blocked{' ' + _ago(since, until).removesuffix(' ago') if since else ''}"
                    + (f" as of {liveness.when(as_of)}" if as_of is not None else "")
-                   + f": {'; '.join(waiting['blocked_by'])}")
+                   + f": {where}{'; '.join(waiting['blocked_by'])}")
+        for line in waiting.get("nodes") or []:
+            click.echo(f"    {line}")
     click.echo("  config: " + ", ".join(f"{k}={c[k]}" for k in (
         "model", "cards", "resident", "steps", "seq_len", "accum", "lr", "data", "seed",
         "backend", "baseline") if k in c))

@@ -19,6 +19,7 @@ from pathlib import Path
 from daemon import holders as holders_mod
 from daemon import liveness, stats, stepmodel
 from daemon.errors import RngdctlError
+from daemon.gates import NODES, node_verdicts
 from daemon.store import ACTIVE, FINISHED, QUEUED, Store
 from trainer import records
 
@@ -76,6 +77,10 @@ class GatesView:
     load_now: float | None = None
     load_series: tuple[float, ...] = ()
     as_of: float | None = None  # no daemon runs: the stored verdicts are as of this time
+    #: With node agents: the node the run would go to (the closest, when every node
+    #: blocks) and each node's verdict, one line each.
+    node: str | None = None
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -401,9 +406,11 @@ class ViewSource:
             return GatesView(run_id=head["id"], run_label=run_label(head), load_now=load_now,
                              load_series=load_series, as_of=as_of)
         check = checks[-1]
+        placed = node_verdicts(check["gates"])
         rows = tuple(GateRow(g.get("name", "?"), _text(g.get("reading")),
                              _text(g.get("threshold")), g.get("verdict", "n/a"),
-                             g.get("detail") or "")
+                             "each node's verdict below" if g.get("name") == NODES
+                             else g.get("detail") or "")
                      for g in check["gates"])
         blocked_for = blocked_by = None
         if not check["passed"]:
@@ -411,11 +418,14 @@ class ViewSource:
             until = now if as_of is None else check.get("last_time") or check["time"]
             blocked_for = None if since is None else max(0.0, until - since)
             blocked_by = "; ".join(r.detail or r.name for r in rows if r.verdict == "fail")
+            if placed.get("node") and blocked_by:
+                blocked_by = f"closest node {placed['node']}: {blocked_by}"
         return GatesView(run_id=head["id"], run_label=run_label(head),
                          checked_at=check.get("last_time") or check["time"],
                          passed=bool(check["passed"]), rows=rows,
                          blocked_for=blocked_for, blocked_by=blocked_by or None,
-                         load_now=load_now, load_series=load_series, as_of=as_of)
+                         load_now=load_now, load_series=load_series, as_of=as_of,
+                         node=placed.get("node"), nodes=tuple(placed.get("nodes") or ()))
 
     @staticmethod
     def _queue_row(run: dict, now: float) -> QueueRow:

@@ -40,9 +40,12 @@ class Emulator(kmock.KubernetesEmulator):
     logs: dict = attrs.field(factory=dict)  # (namespace, pod) -> [(stamp, text)]
     denied: set = attrs.field(factory=set)  # {(verb, resource)} SelfSubjectAccessReview says no
     log_requests: list = attrs.field(factory=list)
-    #: When set, plays the Job controller and kubelet: a created Job gets a pod that has
-    #: already succeeded with these log lines (for end-to-end runs of the daemon).
+    #: When set, plays the Job controller and kubelet: a created Job gets a pod, on the
+    #: Job's node, that has already succeeded with these log lines (for end-to-end runs of
+    #: the daemon). A callable gets the Job and returns its lines.
     autopilot: list | None = None
+    #: With autopilot: its pods stay Running (their log already there) until ``release``.
+    autopilot_hold: bool = False
 
     async def _handle(self, request):
         if request.resource is not None and request.resource.plural == "selfsubjectaccessreviews":
@@ -65,16 +68,35 @@ class Emulator(kmock.KubernetesEmulator):
     def _succeed(self, job: dict) -> None:
         meta, template = job["metadata"], job["spec"]["template"]
         name = meta["name"] + "-auto"
+        node = (template["spec"].get("nodeSelector") or {}).get("kubernetes.io/hostname", NODE)
+        lines = self.autopilot(job) if callable(self.autopilot) else self.autopilot
         self.objects["v1/pods", meta["namespace"], name] = {
             "metadata": {"name": name, "namespace": meta["namespace"], "uid": str(uuid.uuid4()),
                          "labels": template["metadata"]["labels"]},
-            "spec": {**template["spec"], "nodeName": NODE},
-            "status": {"phase": "Succeeded", "containerStatuses": [{
-                "name": "trainer", "imageID": "registry.example/x@sha256:" + "cd" * 32,
-                "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]},
+            "spec": {**template["spec"], "nodeName": node},
+            "status": self._auto_status(running=self.autopilot_hold),
         }
         self.logs[meta["namespace"], name] = [
-            (stamp(1_767_225_600 + i), line) for i, line in enumerate(self.autopilot)]
+            (stamp(1_767_225_600 + i), line) for i, line in enumerate(lines)]
+
+    @staticmethod
+    def _auto_status(*, running: bool) -> dict:
+        state = ({"running": {"startedAt": "2026-01-01T00:00:01Z"}} if running
+                 else {"terminated": {"exitCode": 0, "reason": "Completed"}})
+        return {"phase": "Running" if running else "Succeeded", "containerStatuses": [{
+            "name": "trainer", "imageID": "registry.example/x@sha256:" + "cd" * 32,
+            "state": state}]}
+
+    async def release(self) -> int:
+        """Autopilot pods held Running succeed now, and later ones at once; how many."""
+        self.autopilot_hold = False
+        done = 0
+        for (res, _, name), obj in list(self.objects.items()):
+            if res.plural == "pods" and name.endswith("-auto") and not obj.deleted \
+                    and obj.raw["status"]["phase"] == "Running":
+                obj.patch({"status": self._auto_status(running=False)})
+                done += 1
+        return done
 
     async def _serve_log(self, request):
         # User reactions (faults) still come first.

@@ -89,7 +89,7 @@ def test_each_nodes_verdict_is_given_and_the_silent_one_is_blocked_with_since(
     run_id = submit(cards=2)
     clock.now = T0 + 21
     gates = _tick_gates(daemon, store, run_id, T0 + 21)
-    lines = gates["nodes"]["detail"].split("; ")
+    lines = gates["nodes"]["detail"].split("\n")
     assert re.fullmatch(rf"{NODE}: 8 cards free, load [\d.]+, idle → would launch", lines[0])
     assert lines[1].startswith(f"{NODE2}: pid 4121 python bench.py (") and lines[1].endswith(
         "holds npu1 (orphan: in no pod)")

@@ -11,6 +11,7 @@ from textual.widgets import Sparkline, Static
 
 from rngdctl.tui.data import VERDICT_GLYPHS, GatesView, ago, clock_time, num
 from rngdctl.tui.widgets._update import update_if_changed
+from rngdctl.tui.widgets.nodes import NodeVerdicts
 
 VERDICT_STYLES = {"pass": "green", "fail": "bold red", "n/a": "dim"}
 
@@ -51,6 +52,7 @@ class GatesPanel(Vertical, can_focus=True):
     def compose(self) -> ComposeResult:
         yield Static(id="gates-blocked")
         yield Static(id="gates-table")
+        yield NodeVerdicts(id="gates-nodes")
         yield Static(id="load-label")
         yield Sparkline([], id="load-sparkline")
 
@@ -58,6 +60,7 @@ class GatesPanel(Vertical, can_focus=True):
         update_if_changed(self.query_one("#gates-blocked", Static), blocked_text(view, now))
         update_if_changed(self.query_one("#gates-table", Static), gates_renderable(view, now),
                           key=(view.run_id, view.rows))
+        self.query_one("#gates-nodes", NodeVerdicts).show(view)
         series = view.load_series
         label = (f"host load 1 m: {num(view.load_now, '.2f')} now, "
                  f"{num(min(series) if series else None, '.2f')}–"
