@@ -2,7 +2,8 @@
 
 Each tick the agent reads the host load, the ``/dev/rngd*`` holders joined to
 their pods (one list call for the pods bound to its node) and, where
-furiosa-smi is installed, each card's temperature, power and memory; then it
+furiosa-smi is installed, each card's temperature, power, memory and error
+counters (daemon/smi.py); then it
 writes them with a heartbeat into its ConfigMap ``rngdctl-agent-<node>``
 (one patch, or a create the first time). No port and no protocol of our own:
 the daemon lists the ConfigMaps. The memory of idle card pods (phantoms)
@@ -25,7 +26,7 @@ log = logging.getLogger("rngdctl.agent")
 class Agent:
     def __init__(self, client: K8sClient, *, namespace: str, node: str, tick: float = 5.0,
                  proc: str = "/proc", globs=("/dev/rngd*", "/dev/rngd/*"),
-                 phantom_after: float = holders.PHANTOM_AFTER, read_cards=smi.read_cards,
+                 phantom_after: float = holders.PHANTOM_AFTER, read_cards=smi.read_all,
                  clock=time.time):
         self.client = client
         self.namespace = namespace
