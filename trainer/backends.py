@@ -121,14 +121,17 @@ class FuriosaBackend(Backend):
         furiosa_torch.synchronize(self.device)
 
 
-def rngd_holders(card: int, proc: str = "/proc") -> list:
+def rngd_holders(card: int, proc: str | None = None) -> list:
     """Other processes with card ``card``'s device files (``/dev/rngd/npuN...``) open.
 
     The daemon's holder scan (daemon/probes.py, stdlib only) does the reading; the pattern
-    ``npu1*`` also matches ``npu10``, hence the exact match on the number here.
+    ``npu1*`` also matches ``npu10``, hence the exact match on the number here. The proc root
+    is ``$RNGDCTL_PROC`` (default /proc): a container that sees the host's processes through
+    a mount elsewhere names it, as ``rngdctl agent --proc`` does.
     """
     from daemon.probes import device_holders
 
+    proc = proc or os.environ.get("RNGDCTL_PROC") or "/proc"
     exact = re.compile(rf"/dev/rngd/npu{card}(?!\d)")
     holders, _ = device_holders((f"/dev/rngd/npu{card}*",), proc)
     return [h for h in holders if h.pid != os.getpid() and any(exact.match(f) for f in h.files)]

@@ -230,6 +230,13 @@ def cmd_compile(args) -> int:
         writer.write(End(status="oom", error=str(exc), data={"where": exc.where}))
         print(f"trainer: {exc}", file=sys.stderr)
         return EXIT_OOM
+    except Exception as exc:  # an op the card's package cannot run: one line; else re-raised
+        known = _backend_failure(exc, args.backend)
+        if known is None:
+            raise
+        writer.write(End(status="error", error=known))
+        print(f"trainer: error: {known}", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         if logfile is not None:
             logfile.close()
@@ -250,4 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     except TrainerError as exc:
         print(f"trainer: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except Exception as exc:  # check on a card: an op its package cannot run is one line
+        known = _backend_failure(exc, getattr(args, "backend", ""))
+        if known is None:
+            raise
+        print(f"trainer: error: {known}", file=sys.stderr)
+        return EXIT_USAGE
 

@@ -177,13 +177,33 @@ def describe_op_failure(exc: BaseException) -> str | None:
     name = type(exc).__name__
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else name
     if name in ("UnsupportedOpError", "IncompatibleDmaError", "CompileError"):
-        return f"{PACKAGE} {version()} cannot run an op of the training step: {name}: {text}"
+        m = _FAILED_OP.search(str(exc))  # the package prints the op's one-node graph
+        op = f" ({m.group(1).replace('torch.ops.aten.', 'aten::')})" if m else ""
+        return (f"{PACKAGE} {version()} cannot run an op of the training step{op}: "
+                f"{one_line(exc)}")
     if isinstance(exc, NotImplementedError):
         if "for autograd" in text:
             return f"{PACKAGE} {version()} cannot differentiate an op of the training step: {text}"
         if "PrivateUse1" in text or device_type_or_none() in text:
             return f"{PACKAGE} {version()} cannot run an op of the training step: {text}"
     return None
+
+
+_FAILED_OP = re.compile(r"call_function\[target=(torch\.ops\.aten\.[\w.]+)\]")
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's first line, and its root cause's: the package wraps compile errors
+    (``UnsupportedOpError: failed to compile`` over ``ValueError: failed to import dfg ...``)."""
+    def line(e: BaseException) -> str:
+        text = str(e).strip()
+        return f"{type(e).__name__}: {text.splitlines()[0][:120] if text else ''}".rstrip(": ")
+
+    root, seen = exc, {id(exc)}
+    while (nxt := root.__cause__ or root.__context__) is not None and id(nxt) not in seen:
+        root = nxt
+        seen.add(id(root))
+    return line(exc) if root is exc else f"{line(exc)} ({line(root)})"
 
 
 def device_type_or_none() -> str:

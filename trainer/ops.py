@@ -1,22 +1,24 @@
 """The op report: one training step of a model as furiosa-torch would run it on an RNGD card.
 
-Hardware-free. Each distinct graph of the step is traced on the CPU by furiosa-torch's own
-``dryrun`` (make_fx over real values; "a backend-agnostic operator tracing mechanism"), and
-every ATen op in it is compile-probed by the package, as its eager path compiles each op on
-a card: OK (compiles), FAIL (the package cannot run it), ERROR (its probe broke), SKIP (not
-compiled: views, non-ATen plumbing). The graphs:
+Hardware-free, and built from the package's own tools as far as they go:
 
-- the rotary cos/sin table (forward only: no gradient flows into it);
-- the embedding, forward and backward;
-- one decoder layer, forward and backward (every layer runs the same graph);
-- the final norm, the head and the loss, forward and backward;
-- one AdamW step over a flat buffer (what a card runs for its resident layers).
+- Each distinct forward graph of the step is traced on the CPU by furiosa-torch's ``dryrun``
+  (make_fx over real values; "a backend-agnostic operator tracing mechanism"), which also
+  compile-probes every ATen op in it the way the package's eager path compiles an op for a
+  card (``AtenOp``, at the traced shapes, for a whole card: 8 PEs fused, as the trainer runs).
+  The verdict: OK (compiles), FAIL (the package cannot compile it), ERROR (the probe broke),
+  SKIP (not probed: trace-only, or not an ATen op).
+- Gradients on a card come two ways. An op in the package's autograd registrations (2026.4)
+  is differentiated by the package itself: when its input needs a gradient, its dispatcher
+  builds the op's forward and backward graphs (``build_autograd_from_module``), and the
+  report runs that very build at the traced shapes. Any other op falls to torch's derivative
+  formula, whose backward ops must run on the card themselves: the report traces that
+  formula for the op alone (dryrun again) and probes each backward op it runs.
+- Views (``VIEWS``) carry no gradient computation of their own.
 
-Forward and backward are told apart by tracing the forward alone as well. Gradients on a
-card come from furiosa-torch's own per-op autograd for the ops in its autograd registrations
-(2026.4), and otherwise from torch's derivative formulas, whose backward ops must then run on
-the card themselves. The backward ops listed are torch's (traced on the CPU): for an op the
-package differentiates itself, the card runs the package's backward graph instead.
+The graphs: the rotary cos/sin table (no gradient flows into it); the embedding; one decoder
+layer (every layer runs the same graph); the final norm, the head and the loss; one AdamW
+step over a flat buffer (what a card runs for its resident layers).
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from __future__ import annotations
 import collections
 import copy
 import shutil
+import sys
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils import _pytree as pytree
 
 from trainer import data, models
+from trainer.furiosa_torch import one_line
 
 #: Ops that only reshape or view: no kernel, autograd follows the view.
 VIEWS = {"aten::view", "aten::reshape", "aten::t", "aten::transpose.int", "aten::unsqueeze",
@@ -52,9 +57,18 @@ class OpRow:
     op: str
     part: str  # forward | backward | optimizer
     count: int
-    status: str  # OK | FAIL | ERROR | SKIP
-    grad: str = ""  # forward ops: "furiosa" | "torch formula" | "view" | ""
-    why: str = ""  # the first line of the package's reason, for FAIL and ERROR
+    status: str  # OK | FAIL | ERROR | SKIP: the op's compile for a card
+    why: str = ""  # the package's reason, for FAIL and ERROR
+    grad: str = ""  # forward: "furiosa" | "torch formula" | "view" | "" (no gradient)
+    grad_status: str = ""  # grad "furiosa": the package's forward+backward build of the op
+    grad_why: str = ""
+    of: str = ""  # backward: the forward ops whose torch formula runs it
+
+    @property
+    def verdict(self) -> str:
+        """What training meets: an op the package differentiates runs as the package's own
+        forward+backward build (its input needs a gradient), any other as its compile."""
+        return self.grad_status or self.status
 
 
 @dataclass
@@ -63,7 +77,7 @@ class Graph:
     rows: list[OpRow] = field(default_factory=list)
 
     def failing(self, part: str | None = None) -> list[OpRow]:
-        return [r for r in self.rows if r.status in ("FAIL", "ERROR")
+        return [r for r in self.rows if r.verdict in ("FAIL", "ERROR")
                 and (part is None or r.part == part)]
 
 
@@ -86,33 +100,147 @@ def _trace(fn, inputs, probe: bool):
     return dryrun.dryrun(fn, *inputs, verbose=False, trace_only=not probe)
 
 
-def _rows(joint, forward_only, optimizer: bool, own_grad: set[str],
-          only: str | None = None) -> list[OpRow]:
-    """Rows by op; ``only="forward"`` for a graph that has no backward (no grad needed)."""
-    traced = joint if only == "forward" else forward_only
-    fwd_counts = collections.Counter(r.report.target_name for r in traced.reports) \
-        if traced is not None else collections.Counter()
+def _verdict(reports) -> tuple[str, str]:
+    """A group of probe reports' status (the worst) and the package's reason for it."""
+    status = max((p.status.name for p in reports), key=WORST.index)
+    bad = next((p for p in reports if p.status.name == status and p.exception), None)
+    return status, one_line(bad.exception) if bad else ""
+
+
+def _examples(node):
+    """The node's arguments as CPU tensors of the traced shapes, strides and dtypes."""
+    def example(value):
+        if isinstance(value, torch.fx.Node):
+            value = value.meta["val"]
+        if isinstance(value, torch.Tensor):  # the traced layout: strides matter to a compile
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype).zero_()
+        return value
+
+    return pytree.tree_map(example, (node.args, node.kwargs))
+
+
+def _signature(node, args, kwargs) -> tuple:
+    shapes = pytree.tree_map(
+        lambda t: (tuple(t.shape), t.stride(), t.dtype) if isinstance(t, torch.Tensor) else t,
+        (args, kwargs))
+    return str(node.target), repr(shapes)
+
+
+def _package_grad(node, cache: dict) -> tuple[str, str]:
+    """(status, why) of the package building ``node``'s op with its gradient, as its autograd
+    dispatcher does in training: trace the op (or the package's own module for it) at the
+    node's shapes, differentiate it, compile the forward and the backward graphs."""
+    from furiosa.torch._backend._autograd import build_autograd_from_module
+    from furiosa.torch._custom_ops.autograd_ops import REGISTRATIONS
+    from furiosa.torch._module.dfg import DfgModule
+    from furiosa.torch._utils import to_fake_cpu_tensors
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    args, kwargs = _examples(node)
+    key = _signature(node, args, kwargs)
+    if key not in cache:
+        impl = REGISTRATIONS[node.target]
+        try:
+            fake_args, fake_kwargs = to_fake_cpu_tensors((args, kwargs))
+            module = impl(fake_args, fake_kwargs) if isinstance(impl, type) else (
+                impl or node.target)
+            with unset_fake_temporarily():
+                dfg = DfgModule.from_module(module, args=fake_args, kwargs=fake_kwargs)
+                build_autograd_from_module(dfg, name=node.target._name)
+            cache[key] = ("OK", "")
+        except Exception as exc:  # noqa: BLE001 - the package's verdict, whatever it raised
+            cache[key] = ("FAIL", one_line(exc))
+    return cache[key]
+
+
+def _formula_backward(node, probe: bool, cache: dict) -> list:
+    """The probe reports of the backward ops torch's formula runs for ``node``'s op alone (its
+    gradient with respect to every floating-point input), traced and probed by dryrun."""
+    args, kwargs = _examples(node)
+    key = _signature(node, args, kwargs)
+    if key in cache:
+        return cache[key]
+    wrt = [t for t in pytree.tree_leaves((args, kwargs))
+           if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not wrt:  # nothing to differentiate with respect to
+        cache[key] = []
+        return []
+
+    def backward(*seeds):
+        with torch.enable_grad():
+            for t in wrt:
+                t.requires_grad_(True)
+            out = [t for t in pytree.tree_leaves(node.target(*args, **kwargs))
+                   if isinstance(t, torch.Tensor) and t.requires_grad]
+            return torch.autograd.grad(out, wrt, seeds[:len(out)], allow_unused=True)
+
+    def forward():
+        return node.target(*args, **kwargs)
+
+    with torch.no_grad():
+        outs = [t for t in pytree.tree_leaves(forward())
+                if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    seeds = [torch.ones_like(t) for t in outs]
+    # What the op itself runs (traced, not probed) is taken out of its backward's trace.
+    left = collections.Counter(r.report.target_name for r in _trace(forward, (), False).reports)
+    reports = []
+    for r in _trace(backward, seeds, probe).reports:
+        name = r.report.target_name
+        if left[name] > 0:
+            left[name] -= 1
+        elif name.startswith("aten::"):
+            reports.append(r.report)
+    cache[key] = reports
+    return reports
+
+
+def _rows(traced, own_grad: set[str], part: str, grads: bool, probe: bool,
+          caches: dict) -> list[OpRow]:
+    """The rows of one traced graph. ``grads``: the graph's ops need their gradients on a
+    card, so each gets the package's build or torch's formula's backward ops as rows."""
+    nodes = {n.name: n for n in traced.gm.graph.nodes}
     by_op: dict[str, list] = collections.defaultdict(list)
-    for r in joint.reports:
+    for r in traced.reports:
         if r.report.target_name.startswith("aten::"):
-            by_op[r.report.target_name].append(r.report)
-    rows = []
-    for op, reports in by_op.items():
-        status = max((p.status.name for p in reports), key=WORST.index)
-        bad = next((p for p in reports if p.status.name == status and p.exception), None)
-        why = str(bad.exception).strip().splitlines()[0][:160] if bad else ""
-        fwd = min(fwd_counts.get(op, 0), len(reports))
-        if optimizer:
-            rows.append(OpRow(op, "optimizer", len(reports), status, "", why))
+            by_op[r.report.target_name].append(r)
+    rows, backward, sources = [], collections.defaultdict(list), collections.defaultdict(set)
+    for op, found in by_op.items():
+        row = OpRow(op, part, len(found), *_verdict([r.report for r in found]))
+        rows.append(row)
+        if not grads:
             continue
-        if fwd:
-            grad = ("" if only == "forward" else "view" if op in VIEWS
-                    else "furiosa" if op in own_grad else "torch formula")
-            rows.append(OpRow(op, "forward", fwd, status, grad, why))
-        if len(reports) > fwd:
-            rows.append(OpRow(op, "backward", len(reports) - fwd, status, "", why))
+        wants = [nodes[r.node_name] for r in found if _wants_grad(nodes[r.node_name])]
+        if not wants:
+            continue
+        row.grad = "view" if op in VIEWS else "furiosa" if op in own_grad else "torch formula"
+        if row.grad == "furiosa" and probe:
+            verdicts = [_package_grad(n, caches["package"]) for n in wants]
+            row.grad_status = max((v[0] for v in verdicts), key=WORST.index)
+            row.grad_why = next(v[1] for v in verdicts if v[0] == row.grad_status)
+        elif row.grad == "torch formula":
+            for n in wants:
+                for report in _formula_backward(n, probe, caches["formula"]):
+                    backward[report.target_name].append(report)
+                    sources[report.target_name].add(op)
+    for op, reports in backward.items():
+        rows.append(OpRow(op, "backward", len(reports), *_verdict(reports),
+                          of=", ".join(sorted(sources[op]))))
     order = {"forward": 0, "backward": 1, "optimizer": 2}
     return sorted(rows, key=lambda r: (order[r.part], r.op))
+
+
+def _wants_grad(node) -> bool:
+    """Whether autograd recorded a forward node: its output needs a gradient."""
+    meta = node.meta.get("tensor_meta")
+    metas = [meta] if hasattr(meta, "requires_grad") else list(meta or ())
+    return any(getattr(m, "requires_grad", False) for m in metas)
+
+
+def trace_graph(name: str, fn, inputs: tuple, probe: bool, own: set[str], caches: dict,
+                grads: bool = True, part: str = "forward") -> Graph:
+    """One graph's rows: ``fn(*inputs)`` runs its forward (under ``enable_grad`` where its
+    gradients matter: that marks which ops need one)."""
+    return Graph(name, _rows(_trace(fn, inputs, probe), own, part, grads, probe, caches))
 
 
 def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True) -> list[Graph]:
@@ -124,52 +252,32 @@ def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True) -> list[
     cfg, inner = model.config, model.model
     vocab = min(cfg.vocab_size, data.SYNTHETIC_VOCAB)
     ids, labels = data.synthetic(seq_len, vocab, 0, count=1)
-    own = differentiated_by_package()
     pos = torch.arange(seq_len)[None, :]
     h = torch.randn(1, seq_len, cfg.hidden_size)
-    g = torch.randn(1, seq_len, cfg.hidden_size)
     rope = inner.rotary_emb(h, position_ids=pos)
     mask = create_causal_mask(config=cfg, inputs_embeds=h,
                               attention_mask=torch.ones_like(ids), cache=None,
                               position_ids=pos)
     layer = inner.layers[0]
 
-    def grads(out, wrt, seed):
-        return torch.autograd.grad(out, wrt, seed, allow_unused=True)
-
-    def embed_fwd(ids):
-        return inner.embed_tokens(ids)
-
-    def embed_step(ids, g):
+    def embedding(ids):
         with torch.enable_grad():
-            out = inner.embed_tokens(ids)
-            return (out, *grads(out, [inner.embed_tokens.weight], g))
+            return inner.embed_tokens(ids)
 
-    def layer_fwd(x):
-        with torch.enable_grad():
+    def decoder_layer(x):
+        with torch.enable_grad():  # the layer's input needs its gradient (the layer below's)
+            x = x.requires_grad_(True)
             return layer(x, attention_mask=mask, position_ids=pos, position_embeddings=rope)
 
-    def layer_step(x, g):
+    def head_and_loss(x):
         with torch.enable_grad():
             x = x.requires_grad_(True)
-            out = layer(x, attention_mask=mask, position_ids=pos, position_embeddings=rope)
-            out = out[0] if isinstance(out, tuple) else out
-            return (out, *grads(out, [x, *layer.parameters()], g))
+            logits = model.lm_head(inner.norm(x))
+            return model.loss_function(logits, labels, cfg.vocab_size,
+                                       num_items_in_batch=seq_len)
 
-    def head_loss(x):
-        logits = model.lm_head(inner.norm(x))
-        return model.loss_function(logits, labels, cfg.vocab_size, num_items_in_batch=seq_len)
-
-    def head_fwd(x):
-        with torch.enable_grad():
-            return head_loss(x)
-
-    def head_step(x):
-        with torch.enable_grad():
-            x = x.requires_grad_(True)
-            loss = head_loss(x)
-            params = [*inner.norm.parameters(), *model.lm_head.parameters()]
-            return (loss, *grads(loss, [x, *params], None))
+    def rotary(x):
+        return inner.rotary_emb(x, position_ids=pos)
 
     flat = torch.nn.Parameter(torch.randn(4096))
     flat.grad = torch.randn(4096)
@@ -180,21 +288,25 @@ def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True) -> list[
         opt.step()
         return (p,)
 
-    def rotary(x):
-        return inner.rotary_emb(x, position_ids=pos)
+    if probe:  # compile for what the trainer runs on: a whole card, its 8 PEs fused
+        from trainer.furiosa_torch import fuse_cards
 
-    graphs = [Graph("rotary cos/sin (once per micro-batch and card)",
-                    _rows(_trace(rotary, (h.clone(),), probe), None, False, own, "forward"))]
-    for name, joint_fn, fwd_fn, inputs in (
-            ("embedding", embed_step, embed_fwd, (ids, g)),
-            ("decoder layer (every layer)", layer_step, layer_fwd, (h.clone(), g)),
-            ("norm, head and loss", head_step, head_fwd, (h.clone(),))):
-        forward = _trace(fwd_fn, inputs[:1], probe=False)
-        joint = _trace(joint_fn, inputs, probe)
-        graphs.append(Graph(name, _rows(joint, forward, False, own)))
-    opt_trace = _trace(adamw_step, (copy.copy(flat),), probe)
-    graphs.append(Graph("AdamW step (a card's resident layers)", _rows(opt_trace, None, True,
-                                                                       own)))
+        fuse_cards()
+    own = differentiated_by_package()
+    caches: dict = {"package": {}, "formula": {}}
+    graphs = []
+    for name, fn, inputs, grads, part in (
+            ("rotary cos/sin (once per micro-batch and card)", rotary, (h.clone(),), False,
+             "forward"),
+            ("embedding", embedding, (ids,), True, "forward"),
+            ("decoder layer (every layer)", decoder_layer, (h.clone(),), True, "forward"),
+            ("norm, head and loss", head_and_loss, (h.clone(),), True, "forward"),
+            ("AdamW step (a card's resident layers)", adamw_step, (copy.copy(flat),), False,
+             "optimizer")):
+        graphs.append(trace_graph(name, fn, inputs, probe, own, caches, grads, part))
+        if probe:  # a probed report takes minutes (each op compiles): say where it is
+            print(f"op report: {name}: {len(graphs[-1].rows)} rows, "
+                  f"{len(graphs[-1].failing())} cannot run", file=sys.stderr, flush=True)
     return graphs
 
 
@@ -211,14 +323,22 @@ def render(model_name: str, graphs: list[Graph], version: str, probed: bool,
                 "| --- | --- | ---: | --- | --- |"]
         for r in graph.rows:
             card = r.status + (f": {r.why}" if r.why else "")
-            out.append(f"| `{r.op}` | {r.part} | {r.count} | {card} | {r.grad} |")
+            grad = (f"of {r.of}" if r.of else r.grad) + (
+                f": {r.grad_status}" if r.grad_status else "") + (
+                f": {r.grad_why}" if r.grad_why else "")
+            out.append(f"| `{r.op}` | {r.part} | {r.count} | {_cell(card)} | {_cell(grad)} |")
         out.append("")
     bad = [(g.name, r) for g in graphs for r in g.failing()]
     if not bad:
-        out.append("Every op of the step compiles for the card." if probed else
-                   "Every op of the step was traced; none was compile-probed.")
+        out.append("Every op of the step compiles for the card, with its gradient." if probed
+                   else "Every op of the step was traced; none was compile-probed.")
     else:
         out.append("Cannot run on the card (so the step cannot run or cannot be "
                    "differentiated there): " + "; ".join(
-                       f"{r.op} ({r.part}, {name})" for name, r in bad) + ".")
+                       f"{r.op} ({r.part}{', its gradient' if r.grad_status else ''}, {name})"
+                       for name, r in bad) + ".")
     return "\n".join(out)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")

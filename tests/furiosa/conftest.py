@@ -55,12 +55,13 @@ def release_path(requirement: str) -> Path:
 @pytest.fixture
 def python_in(tmp_path):
     """Runs ``python ARGS`` (this python) in a subprocess; ``first`` goes before the repo on the
-    path (an older furiosa-torch release). Returns the CompletedProcess."""
+    path (an older furiosa-torch release), ``env`` adds variables. Returns the CompletedProcess."""
 
-    def run(*args: str, first: Path | None = None, timeout: float = 300):
+    def run(*args: str, first: Path | None = None, timeout: float = 300,
+            env: dict[str, str] | None = None):
         path = [str(first)] if first else []
         env = {**os.environ, "OMP_NUM_THREADS": "1", "RNGDCTL_CACHE": str(tmp_path / "cache"),
-               "PYTHONPATH": os.pathsep.join([*path, str(REPO)])}
+               "PYTHONPATH": os.pathsep.join([*path, str(REPO)]), **(env or {})}
         return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=timeout, check=False)
 

@@ -1,4 +1,5 @@
-"""Acceptance: ``python -m trainer train --backend furiosa:...`` on a host without a card."""
+"""Acceptance: ``python -m trainer train|compile --backend furiosa:...`` on a host without a card,
+and on a card another process holds."""
 
 from __future__ import annotations
 
@@ -29,6 +30,31 @@ def test_a_furiosa_backend_without_a_card_exits_2_naming_the_missing_driver(pyth
     error = _one_line_and_the_end_record(done)
     assert error.startswith(f"backend {spec}: no RNGD card or driver on this host")
     assert "librenegade.so" in error
+
+
+@pytest.mark.parametrize("spec", ["furiosa:0", "furiosa:auto"])
+def test_compile_without_a_card_exits_2_naming_the_missing_driver(python_in, spec):
+    done = python_in("-m", "trainer", "compile", "--backend", spec, "--seq-len", "8")
+    error = _one_line_and_the_end_record(done)
+    assert error.startswith(f"backend {spec}: no RNGD card or driver on this host")
+    assert "librenegade.so" in error
+
+
+def test_a_card_another_process_holds_is_named_with_its_pid_and_command(python_in, tmp_path):
+    # The holder scan reads a generated /proc ($RNGDCTL_PROC): a process with card 0's
+    # device files open, and one with card 10's, which does not hold card 0.
+    proc = tmp_path / "proc"
+    (proc / "stat").parent.mkdir()
+    (proc / "stat").write_text("cpu  1 2 3 4\nbtime 1700000000\n")
+    for pid, target, command in ((4242, "/dev/rngd/npu0pe0-3", b"python\0-m\0trainer\0train"),
+                                 (4343, "/dev/rngd/npu10mgmt", b"furiosa-smi\0status")):
+        (proc / str(pid) / "fd").mkdir(parents=True)
+        (proc / str(pid) / "fd" / "3").symlink_to(target)
+        (proc / str(pid) / "cmdline").write_bytes(command)
+    done = python_in("-m", "trainer", "train", "--steps", "2", "--backend", "furiosa:0",
+                     env={"RNGDCTL_PROC": str(proc)})
+    error = _one_line_and_the_end_record(done)
+    assert error == "backend furiosa:0: card 0 is held by pid 4242 (python -m trainer train)"
 
 
 def test_furiosa_torch_2026_2_uses_its_rngd_device_and_fails_the_same_way(python_in):

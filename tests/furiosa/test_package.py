@@ -63,3 +63,20 @@ def test_an_op_the_package_cannot_compile_is_described_in_one_line():
     grad = NotImplementedError("duplicated module outputs are not supported for autograd (op x)")
     assert "cannot differentiate" in furiosa_torch.describe_op_failure(grad)
     assert furiosa_torch.describe_op_failure(ValueError("unrelated")) is None
+
+
+def test_an_op_the_package_cannot_compile_is_named_in_one_line_with_the_packages_reason():
+    # What the package's eager path does with an op on a card (run_aten_op): compile it for
+    # the card. 2026.4.0 cannot import the embedding's backward into its graph format.
+    from furiosa.torch._backend.aten import AtenOp
+
+    furiosa_torch.fuse_cards()
+    op = torch.ops.aten.embedding_backward.default
+    args = (torch.ones(8, 16), torch.randint(0, 32, (8,)), 32, -1, False, False)
+    with pytest.raises(Exception) as caught:
+        AtenOp("aten::embedding_backward", op, args, {}).compile()
+    line = furiosa_torch.describe_op_failure(caught.value)
+    assert line.startswith("furiosa-torch 2026.4.0 cannot run an op of the training step "
+                           "(aten::embedding_backward.default): UnsupportedOpError: failed to "
+                           "compile (ValueError: failed to import dfg")
+    assert "\n" not in line
