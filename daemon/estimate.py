@@ -46,7 +46,7 @@ def overhead_s(store) -> tuple[float, str]:
     for run in store.runs([DONE], limit=OVERHEAD_RUNS):
         if run.get("started") is None or run.get("ended") is None:
             continue
-        stepped = sum(s["step_s"] for s in store.steps(run["id"], None))
+        stepped = store.stepped_seconds(run["id"])
         extra.append(max(0.0, run["ended"] - run["started"] - stepped))
     if not extra:
         return 0.0, "no start-up measured yet (no done run)"
@@ -83,10 +83,13 @@ def predicted_duration(store, run: dict) -> tuple[float | None, str]:
 
 
 def active_end(store, run: dict, now: float, overhead: float) -> tuple[float | None, str]:
-    """When the active run should end: its steps left at its measured median step time."""
-    steps = store.steps(run["id"], MAIN)
+    """When the active run should end: its steps left at its measured median step time.
+
+    From the pass's aggregates (``stats.steady_medians``, ``step_span``): the TUI asks this
+    while a 100,000-step run goes on, and decoding its steps would stall the frames.
+    """
     total = int(run["config"]["steps"])
-    median = stats.median_step_s(steps)
+    median = stats.steady_medians(store, run["id"], MAIN)[0]
     if median is None:
         # Still in its baseline pass, or not started: its whole predicted duration from its start.
         seconds, basis = predicted_duration(store, run)
@@ -95,7 +98,7 @@ def active_end(store, run: dict, now: float, overhead: float) -> tuple[float | N
         started = run.get("started") or now
         return (max(now, started + overhead + seconds),
                 f"run {run['id']} (active, no main steps yet): {basis}")
-    left = max(0, total - steps[-1]["step"])
+    left = max(0, total - store.step_span(run["id"], MAIN)[1])
     return (now + left * median,
             f"run {run['id']} (active): {left} steps left x {median * 1e3:.1f} ms measured")
 

@@ -9,6 +9,9 @@ with Store methods and trainer.records objects only.
 
 from __future__ import annotations
 
+from textual.geometry import Region
+from textual.widgets import DataTable
+
 from daemon.store import Store
 from trainer import records
 
@@ -129,3 +132,17 @@ def fill(store: Store) -> dict[str, int]:
     return ids
 
 
+
+
+def text_of(node, selector: str) -> str:
+    """What a person sees in the widget: its rendered lines, right-trimmed."""
+    widget = node.query_one(selector)
+    lines = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
+    return "\n".join(line.text.strip() for line in lines).strip("\n")
+
+
+def table_rows(app, selector: str) -> list[list[str]]:
+    """A DataTable's cells as the plain strings a person reads."""
+    table = app.query_one(selector, DataTable)
+    return [[str(getattr(c, "plain", c)) for c in table.get_row_at(i)]
+            for i in range(table.row_count)]
