@@ -3,11 +3,15 @@ when the gates clear after a long block: the `notify` events the daemon stores."
 
 from __future__ import annotations
 
+import shutil
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from tui_support import NOW
+from tui_support import NOW, Pane
 
+from daemon.runspec import validate
 from rngdctl.tui import app as app_module
 from rngdctl.tui.app import RngdApp
 from rngdctl.tui.notices import notice_of
@@ -104,3 +108,23 @@ async def test_each_event_rings_once_even_when_the_filter_redraws_the_panels(mak
 def test_other_events_and_unknown_moments_are_no_notice():
     assert notice_of({"kind": "notify", "message": "x", "data": {"on": "lunch"}}) is None
     assert notice_of({"kind": "notify", "message": "x", "data": None}) is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_in_a_real_terminal_a_failure_rings_its_bell_and_shows_the_toast(home):
+    with home.store() as store:
+        run_id = store.add_run(validate({"cards": 1, "resident": 1, "steps": 10}), name="bell")
+    repo = Path(__file__).resolve().parents[2]
+    pane = Pane([sys.executable, "-m", "rngdctl", "--home", str(home.path), "tui"],
+                {"TERM": "xterm-256color", "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"})
+    try:
+        pane.wait_for(lambda t: "#1 bell" in t, 60, "the first refresh")
+        time.sleep(1.5)  # a refresh or more with nothing to tell
+        assert not pane.bell_rung()
+        with home.store() as store:
+            _notify(store, run_id, "failure", "failed", "run 1 (bell) failed: exit code 1")
+        pane.wait_for(lambda t: "run 1 (bell) failed: exit code 1" in t, 30, "the toast")
+        assert pane.bell_rung()
+    finally:
+        pane.close()
