@@ -1,6 +1,7 @@
 """The error of the queue's estimated start and end (issue 14), measured through the daemon.
 
-    OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python bench/estimate_error.py [--runs 4]
+    OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python bench/estimate_error.py [--runs 5]
+        [--batches 2]
 
 In a fresh home, as a user would:
 
@@ -13,7 +14,11 @@ In a fresh home, as a user would:
    queued run's first estimate is made at the daemon's first tick (the run
    ahead's steps left at its measured median, and the step model's duration
    from the demo's baseline for each run ahead), and its error is stored when
-   it ends (``Store.finish_run``): estimated - actual, in seconds.
+   it ends (``Store.finish_run``): estimated - actual, in seconds;
+3. with ``--batches 2`` (or more), the same runs queued again and the daemon
+   again: the start-up each estimate adds is then the median of the last 5
+   done runs, where the first batch had only the demo's (the home's first,
+   cold start).
 
 Prints one row per run (position, estimated and actual start and end, the
 errors, the error as a share of how far ahead the estimate looked) and the
@@ -53,9 +58,11 @@ def rngdctl(home: Path, *args: str) -> str:
     return proc.stdout.strip()
 
 
-def submit(home: Path, cards: int, resident: int, steps: int, baseline_steps: int) -> int:
+def submit(home: Path, name: str, cards: int, resident: int, steps: int,
+           baseline_steps: int) -> int:
     return int(rngdctl(home, "submit", "--cards", str(cards), "--resident", str(resident),
-                       "--steps", str(steps), "--baseline-steps", str(baseline_steps), *DEMO))
+                       "--steps", str(steps), "--baseline-steps", str(baseline_steps),
+                       "--name", name, *DEMO))
 
 
 def run_daemon(home: Path, timeout: float) -> None:
@@ -82,7 +89,7 @@ def rows_of(home: Path) -> list[dict]:
     for run_id in sorted(runs):
         run, e = runs[run_id], estimates.get(run_id)
         c = run["config"]
-        row = {"run": run_id, "config": f"{c['cards']}x{c['resident']}, {c['steps']}+"
+        row = {"run": run_id, "name": run["name"], "config": f"{c['cards']}x{c['resident']}, {c['steps']}+"
                                         f"{c.get('baseline_steps')} steps",
                "status": run["status"], "started": run["started"], "ended": run["ended"]}
         if e is None:
@@ -101,12 +108,13 @@ def table(rows: list[dict]) -> list[str]:
     out = [("| run | config | position | start est. - actual | end est. - actual "
             "| actual duration | end looked ahead | end error / ahead |"),
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+
     for r in rows:
         if not r["estimate"]:
-            out.append(f"| {r['run']} | {r['config']} | – | no estimate (no baseline for its "
+            out.append(f"| {r['run']} {r['name']} | {r['config']} | – | no estimate (no baseline for its "
                        f"model in the home yet) | | {r['ended'] - r['started']:.1f} s | | |")
             continue
-        out.append(f"| {r['run']} | {r['config']} | {r['position']} | {r['start_error']:+.1f} s "
+        out.append(f"| {r['run']} {r['name']} | {r['config']} | {r['position']} | {r['start_error']:+.1f} s "
                    f"| {r['end_error']:+.1f} s | {r['ended'] - r['started']:.1f} s "
                    f"| {r['horizon_s']:.1f} s | {r['end_error_share'] * 100:+.1f} % |")
     return out
@@ -114,7 +122,8 @@ def table(rows: list[dict]) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=4, help="queued runs after the demo's (max 6)")
+    ap.add_argument("--runs", type=int, default=5, help="queued runs a batch (at most 5)")
+    ap.add_argument("--batches", type=int, default=2, help="batches queued one after another")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args()
@@ -125,26 +134,31 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rngd-estimates-") as tmp:
         home = Path(tmp)
         t0 = time.monotonic()
-        submit(home, *CONFIGS[0])  # the demo's run: the home's first baseline
+        submit(home, "demo", *CONFIGS[0])  # the demo's run: the home's first baseline
         run_daemon(home, args.timeout)
-        for config in CONFIGS[1:args.runs + 1]:
-            submit(home, *config)
-        run_daemon(home, args.timeout)
+        for batch in range(1, args.batches + 1):
+            for i, config in enumerate(CONFIGS[1:args.runs + 1], start=1):
+                submit(home, f"b{batch}-{i}", *config)
+            run_daemon(home, args.timeout)
         rows = rows_of(home)
         wall = time.monotonic() - t0
     print(f"{cpu}, {os.cpu_count()} cores; load 1 m {load0[0]:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after; {wall:.0f} s; OMP_NUM_THREADS="
           f"{os.environ.get('OMP_NUM_THREADS', 'unset')}")
     print("\n".join(table(rows)))
-    measured = [r for r in rows if r["estimate"] and r["end_error"] is not None]
-    if measured:
+    for batch in range(1, args.batches + 1):
+        measured = [r for r in rows if r["estimate"] and r["end_error"] is not None
+                    and (r["name"] or "").startswith(f"b{batch}-")]
+        if not measured:
+            continue
+        print(f"batch {batch}:")
         for key in ("start_error", "end_error"):
             errs = [abs(r[key]) for r in measured]
-            print(f"|{key}|: median {statistics.median(errs):.1f} s, worst {max(errs):.1f} s "
+            print(f"  |{key}|: median {statistics.median(errs):.1f} s, worst {max(errs):.1f} s "
                   f"over {len(errs)} runs")
         shares = [abs(r["end_error_share"]) for r in measured]
-        print(f"|end error| / how far ahead it looked: median {statistics.median(shares):.1%}, "
-              f"worst {max(shares):.1%}")
+        print(f"  |end error| / how far ahead it looked: median "
+              f"{statistics.median(shares):.1%}, worst {max(shares):.1%}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     bad = [r for r in rows if r["status"] != "done"]

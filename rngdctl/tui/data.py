@@ -285,13 +285,14 @@ class ViewSource:
         now = self.clock()
         queue = self.store.queue()
         holders, holders_time = self.holders(now)
+        current = self.current(now)
         return Snapshot(
             now=now,
             home=self.home,
             daemon=(daemon := self.daemon(now)),
             gates=self.gates(now, queue, None if daemon.state == liveness.ALIVE else daemon.since),
-            queue=self._queue_rows(queue, now),
-            current=self.current(now),
+            queue=self._queue_rows(queue, now, current),
+            current=current,
             history=self.history(),
             holders=holders,
             holders_time=holders_time,
@@ -353,8 +354,14 @@ class ViewSource:
                          blocked_for=blocked_for, blocked_by=blocked_by or None,
                          load_now=load_now, load_series=load_series, as_of=as_of)
 
-    def _queue_rows(self, queue: list[dict], now: float) -> tuple[QueueRow, ...]:
-        estimates = self.estimates(queue, now)
+    def _queue_rows(self, queue: list[dict], now: float,
+                    current: RunView | None = None) -> tuple[QueueRow, ...]:
+        # The current run's running median, when it is the active run's main pass, spares the
+        # estimate a walk of its steps' index.
+        medians = ({current.run_id: current.median_s} if current is not None
+                   and current.status in ACTIVE and current.label == records.MAIN
+                   and current.median_s is not None else {})
+        estimates = self.estimates(queue, now, medians)
         return tuple(self._queue_row(r, now, estimates.get(r["id"])) for r in queue)
 
     @staticmethod
@@ -370,7 +377,7 @@ class ViewSource:
             basis=estimate.basis if estimate else "no estimate",
         )
 
-    def estimates(self, queue: list[dict], now: float) -> dict:
+    def estimates(self, queue: list[dict], now: float, medians: dict | None = None) -> dict:
         """``daemon.estimate.queue_estimates`` by run id: again when the queue or the active run
         changed, else at most every ESTIMATE_EVERY_S (it fits the step model per queued run)."""
         if not queue:
@@ -383,7 +390,7 @@ class ViewSource:
         from daemon.estimate import queue_estimates
 
         try:
-            value = {e.run_id: e for e in queue_estimates(self.store, now)}
+            value = {e.run_id: e for e in queue_estimates(self.store, now, medians=medians)}
         except (RngdctlError, ArithmeticError, KeyError, TypeError, ValueError) as exc:
             # Advice, never a crash: every row says why it has none.
             value = {r["id"]: _NoEstimate(f"no estimate: {exc}") for r in queue}
