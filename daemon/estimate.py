@@ -46,7 +46,7 @@ def overhead_s(store) -> tuple[float, str]:
     for run in store.runs([DONE], limit=OVERHEAD_RUNS):
         if run.get("started") is None or run.get("ended") is None:
             continue
-        stepped = sum(s["step_s"] for s in store.steps(run["id"], None))
+        stepped = store.stepped_seconds(run["id"])
         extra.append(max(0.0, run["ended"] - run["started"] - stepped))
     if not extra:
         return 0.0, "no start-up measured yet (no done run)"
@@ -82,12 +82,19 @@ def predicted_duration(store, run: dict) -> tuple[float | None, str]:
     return seconds, basis
 
 
-def active_end(store, run: dict, now: float, overhead: float) -> tuple[float | None, str]:
-    """When the active run should end: its steps left at its measured median step time."""
-    steps = store.steps(run["id"], MAIN)
+def active_end(store, run: dict, now: float, overhead: float,
+               median: float | None = None) -> tuple[float | None, str]:
+    """When the active run should end: its steps left at its measured median step time.
+
+    ``median``: that median (steps 6-N) when the caller already keeps it (the TUI does, as the
+    run goes on); else from the pass's aggregates (``stats.steady_medians``). Never from its
+    decoded steps: the TUI asks while a 100,000-step run goes on.
+    """
     total = int(run["config"]["steps"])
-    median = stats.median_step_s(steps)
-    if median is None:
+    span = store.step_span(run["id"], MAIN)
+    if span is not None and median is None:
+        median = stats.steady_medians(store, run["id"], MAIN)[0]
+    if span is None or median is None:
         # Still in its baseline pass, or not started: its whole predicted duration from its start.
         seconds, basis = predicted_duration(store, run)
         if seconds is None:
@@ -95,18 +102,24 @@ def active_end(store, run: dict, now: float, overhead: float) -> tuple[float | N
         started = run.get("started") or now
         return (max(now, started + overhead + seconds),
                 f"run {run['id']} (active, no main steps yet): {basis}")
-    left = max(0, total - steps[-1]["step"])
+    left = max(0, total - span[1])
     return (now + left * median,
             f"run {run['id']} (active): {left} steps left x {median * 1e3:.1f} ms measured")
 
 
-def queue_estimates(store, now: float) -> list[Estimate]:
-    """Position, estimated start and end of every queued run, in launch order."""
+def queue_estimates(store, now: float, *, medians: dict[int, float] | None = None
+                    ) -> list[Estimate]:
+    """Position, estimated start and end of every queued run, in launch order.
+
+    ``medians``: run id -> measured median step time (6-N) of its main pass, for an active
+    run whose median the caller keeps already (``active_end``).
+    """
     overhead, overhead_basis = overhead_s(store)
     cursor, ahead = now, []
     active = store.runs(ACTIVE)
     if active:
-        cursor, basis = active_end(store, active[0], now, overhead)
+        cursor, basis = active_end(store, active[0], now, overhead,
+                                   (medians or {}).get(active[0]["id"]))
         ahead.append(basis)
     ends: dict[int, float] = {}
     out = []

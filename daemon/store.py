@@ -907,6 +907,25 @@ class Store:
         return list(reversed(self._rows(
             "SELECT * FROM events WHERE run_id IS NULL ORDER BY id DESC LIMIT ?", (limit,))))
 
+    # === tui: queue estimates and notifications (issue 14) ====================
+
+    def stepped_seconds(self, run_id: int) -> float:
+        """The sum of a run's step times over every pass (SQLite sums; no row is decoded)."""
+        row = self.conn.execute("SELECT SUM(step_s) FROM steps WHERE run_id = ?",
+                                (run_id,)).fetchone()
+        return float(row[0] or 0.0)
+
+    def last_event_id(self) -> int:
+        """The newest event's id (0 when there is none): where a follower starts."""
+        return self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+
+    def events_after(self, after_id: int, kinds: Iterable[str], limit: int = 100) -> list[dict]:
+        """Events of ``kinds`` stored after the event ``after_id``, in the order stored."""
+        kinds = list(kinds)
+        return self._rows(
+            f"SELECT * FROM events WHERE id > ? AND kind IN ({','.join('?' * len(kinds))})"
+            " ORDER BY id LIMIT ?", [after_id, *kinds, limit])
+
     # === compaction (daemon/compaction.py folds; the SQL is here) =============
 
     def compact_samples(self, before: float, limit: int) -> tuple[int, bool]:

@@ -4,7 +4,10 @@ The app reads the store only. A thread worker builds a plain-data
 ``Snapshot`` (``rngdctl.tui.data``) once a second and posts it; the handler
 copies it into the panels. Actions (cancel, hold, move, submit, export) run
 in their own thread workers through ``Store`` request methods; the daemon does
-the rest. Every worker error is handled in one place.
+the rest. Every worker error is handled in one place. A run's start, finish
+and failure, and gates cleared after a long block, ring the bell and show a
+toast (``rngdctl.tui.notices``); two marked history runs' losses open
+overlaid (``widgets/overlay.py``).
 
 Entry points: ``run_tui(home, run_id=None, read_only=False)`` and
 ``snapshot_text(home, ...)`` (one text frame, for ``--snapshot``).
@@ -18,7 +21,7 @@ import io
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -37,6 +40,8 @@ from daemon.errors import RngdctlError
 from daemon.home import Home
 from rngdctl.tui.actions import WriteActions
 from rngdctl.tui.data import DaemonView, RunView, Snapshot, ViewSource, run_label
+from rngdctl.tui.series import Series, overlay_series
+from rngdctl.tui.smoothing import Smoothing
 from rngdctl.tui.widgets import (
     CurrentRunPanel,
     DaemonBar,
@@ -47,11 +52,14 @@ from rngdctl.tui.widgets import (
     HistoryPanel,
     HoldersPanel,
     LogScreen,
+    OverlayScreen,
     QueuePanel,
     RunDetailScreen,
 )
 
 REFRESH_S = 1.0
+#: Seconds a run's start, finish, failure or cleared gates stays on screen as a toast.
+NOTICE_S = 30.0
 
 #: Actions that write (to the store, or a note to disk): hidden by --read-only.
 WRITE_ACTIONS = frozenset({"submit", "cancel_run", "toggle_hold", "move", "export"})
@@ -110,6 +118,14 @@ class RngdApp(WriteActions, App[None]):
         view: RunView
         note: str
         now: float
+
+    @dataclass
+    class OverlayReady(Message):
+        """Two runs' loss curves, smoothed and downsampled, are ready to plot."""
+
+        run_ids: tuple[int, int]
+        smoothing: Smoothing
+        curves: tuple[tuple[str, Series], ...]
 
     def __init__(self, home: Home | str | Path | None = None, *, run_ref: int | str | None = None,
                  read_only: bool = False, clock: Callable[[], float] = time.time,
@@ -197,15 +213,27 @@ class RngdApp(WriteActions, App[None]):
         self._show_bar()
         self.query_one(CurrentRunPanel).show(snapshot.current, snapshot.now)
         self.query_one(GatesPanel).show(snapshot.gates, snapshot.now)
-        self.query_one(QueuePanel).show(snapshot.queue, self.filter_text)
+        self.query_one(QueuePanel).show(snapshot.queue, self.filter_text, snapshot.now)
         self.query_one(HistoryPanel).show(snapshot.history, snapshot.now, self.filter_text)
         self.query_one(HoldersPanel).show(snapshot.holders, snapshot.holders_time,
                                           snapshot.now, self.filter_text)
         self.query_one(EventsPanel).show(snapshot.daemon_events)
+        self._ring(snapshot)
         current = snapshot.current
         self.query_one(CurrentRunPanel).border_title = (
             "[1] current run" + (f" {run_label({'id': current.run_id, 'name': current.name})}"
                                  if current else ""))
+
+    def _ring(self, snapshot: Snapshot) -> None:
+        """The bell once and a toast each for the runs' start, finish, failure and cleared
+        gates since the last refresh (rngdctl/tui/notices.py)."""
+        if not snapshot.notices:
+            return
+        self.bell()
+        for notice in snapshot.notices:
+            # markup=False: a failure's reason may hold brackets ("[Errno 2] ...").
+            self.notify(notice.message, title=notice.title, severity=notice.severity,
+                        timeout=NOTICE_S, markup=False)
 
     def _show_bar(self) -> None:
         if self.snapshot is None and self.refresh_error is None:
@@ -220,8 +248,8 @@ class RngdApp(WriteActions, App[None]):
         self.refresh_bindings()
 
     def watch_filter_text(self) -> None:
-        if self.snapshot is not None:
-            self.post_message(self.Refreshed(self.snapshot))
+        if self.snapshot is not None:  # shown again, filtered: its notices were told once
+            self.post_message(self.Refreshed(replace(self.snapshot, notices=())))
 
     @on(Worker.StateChanged)
     def worker_failed(self, event: Worker.StateChanged) -> None:
@@ -348,6 +376,31 @@ class RngdApp(WriteActions, App[None]):
         for screen in self.screen_stack:
             if isinstance(screen, RunDetailScreen) and screen.run_id == message.view.run_id:
                 screen.show(message.view, message.note, message.now)
+
+    # === history: two runs' losses overlaid =====================================
+
+    @on(HistoryPanel.OverlayAsked)
+    def open_overlay(self, message: HistoryPanel.OverlayAsked) -> None:
+        screen = OverlayScreen(message.run_ids)
+        self.push_screen(screen)
+        self.load_overlay(message.run_ids, screen.smoothing)
+
+    @on(OverlayScreen.SmoothingChanged)
+    def smoothing_changed(self, message: OverlayScreen.SmoothingChanged) -> None:
+        self.load_overlay(message.run_ids, message.smoothing)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="overlay", name="overlay")
+    def load_overlay(self, run_ids: tuple[int, int], smoothing: Smoothing) -> None:
+        with self._lock:
+            curves = self._view_source().loss_curves(run_ids)
+        self.post_message(self.OverlayReady(
+            run_ids, smoothing, tuple((c.label, overlay_series(c, smoothing)) for c in curves)))
+
+    @on(OverlayReady)
+    def show_overlay(self, message: OverlayReady) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, OverlayScreen) and screen.run_ids == message.run_ids:
+                screen.show(message.smoothing, message.curves)
 
     # === actions (hidden by --read-only; the keys' methods are in actions.py) ===
 

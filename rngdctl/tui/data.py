@@ -3,9 +3,9 @@
 A refresh worker calls ``ViewSource.build()`` in a thread and hands the
 resulting ``Snapshot`` to the app, which only copies numbers into widgets.
 Steps are read incrementally (only those after the last one seen) and plot
-series are downsampled to a fixed number of buckets keeping each bucket's
-minimum and maximum, so a 100,000-step run costs about what a 100-step one
-does.
+series are downsampled (``rngdctl.tui.series``) to a fixed number of buckets
+keeping each bucket's minimum and maximum, so a 100,000-step run costs about
+what a 100-step one does.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from daemon import liveness, stats, stepmodel
 from daemon.errors import RngdctlError
 from daemon.gates import NODES, node_verdicts
 from daemon.store import ACTIVE, FINISHED, QUEUED, Store
+from rngdctl.tui.notices import NOTIFY, Notice, notice_of
+from rngdctl.tui.series import PLOT_BUCKETS, LossCurve, PassSeries, Series
 from trainer import records
 
-#: Plot buckets: each keeps its minimum and maximum, so at most twice this many points.
-PLOT_BUCKETS = 100
 #: The host-load sparkline covers this many seconds.
 LOAD_WINDOW_S = 3600.0
 HISTORY_LIMIT = 50
@@ -35,6 +35,9 @@ COMPARE_EVERY_S = 10.0
 DAEMON_EVENTS = 3
 #: Steps read per query when a pass is first read (the rest follow in further chunks).
 SERIES_CHUNK = 20_000
+#: Seconds between two estimates of the queue's starts and ends while the queue stays
+#: the same (a change in the queue or the active run estimates again at once).
+ESTIMATE_EVERY_S = 10.0
 
 
 # === The view model ==========================================================
@@ -95,15 +98,11 @@ class QueueRow:
     model: str | None
     baseline: bool
     age: float
-
-
-@dataclass(frozen=True)
-class Series:
-    """A plot's points after downsampling, and how many raw points stand behind them."""
-
-    x: tuple[float, ...] = ()
-    y: tuple[float, ...] = ()
-    points: int = 0
+    #: Estimated start and end (epoch seconds; None: no estimate) and what they rest on,
+    #: or why there is none (daemon/estimate.py).
+    start: float | None = None
+    end: float | None = None
+    basis: str = ""
 
 
 @dataclass(frozen=True)
@@ -187,61 +186,8 @@ class Snapshot:
     holders: tuple[HolderRow, ...]
     holders_time: float | None = None
     daemon_events: tuple[EventRow, ...] = ()
-
-
-# === Downsampling ============================================================
-
-
-class MinMaxBuckets:
-    """A series downsampled as it grows: each bucket keeps its minimum and maximum.
-
-    Buckets cover ``width`` consecutive points; when there are more than
-    ``limit`` of them (``2 * limit`` single points at first), neighbours merge
-    in pairs and ``width`` doubles. So a
-    point is appended in constant time (amortised), a plot never has more
-    than ``2 * limit`` points, and a spike survives however long the run,
-    which an average or a stride would hide.
-    """
-
-    def __init__(self, limit: int = PLOT_BUCKETS):
-        self.limit = limit
-        self.width = 1
-        self.count = 0
-        self._buckets: list[list] = []  # [points, (x, y) of the min, (x, y) of the max]
-
-    def append(self, x: float, y: float) -> None:
-        self.count += 1
-        if self._buckets and self._buckets[-1][0] < self.width:
-            bucket = self._buckets[-1]
-            bucket[0] += 1
-            if y < bucket[1][1]:
-                bucket[1] = (x, y)
-            if y > bucket[2][1]:
-                bucket[2] = (x, y)
-            return
-        self._buckets.append([1, (x, y), (x, y)])
-        # Single points: up to 2 * limit of them are plotted as they are.
-        if len(self._buckets) > (2 * self.limit if self.width == 1 else self.limit):
-            self._merge()
-
-    def _merge(self) -> None:
-        merged = []
-        for i in range(0, len(self._buckets), 2):
-            pair = self._buckets[i:i + 2]
-            merged.append([sum(b[0] for b in pair),
-                           min((b[1] for b in pair), key=lambda p: p[1]),
-                           max((b[2] for b in pair), key=lambda p: p[1])])
-        self._buckets = merged
-        self.width *= 2
-
-    def series(self) -> Series:
-        xs: list[float] = []
-        ys: list[float] = []
-        for _n, low, high in self._buckets:
-            for x, y in sorted({low, high}):
-                xs.append(x)
-                ys.append(y)
-        return Series(tuple(xs), tuple(ys), self.count)
+    #: What to ring the bell for: the `notify` events stored since the last refresh.
+    notices: tuple[Notice, ...] = ()
 
 
 # === The step model, where it exists =========================================
@@ -287,39 +233,14 @@ def _short_notice(c) -> str | None:
             f"{c.error_without_compute * 100:+.1f} %")
 
 
+@dataclass(frozen=True)
+class _NoEstimate:
+    basis: str
+    start: None = None
+    end: None = None
+
+
 # === Building snapshots ======================================================
-
-
-class _Series:
-    """One pass's steps as read so far; each refresh adds only the new ones.
-
-    Keeps what the panels need and nothing that grows per refresh: the last
-    step, running medians over steps 6-N (and over warm-up steps while the
-    run has no others), and the two plots' min/max buckets.
-    """
-
-    def __init__(self, buckets: int = PLOT_BUCKETS):
-        self.last = 0  # the newest step number
-        self.count = 0
-        self.last_loss: float | None = None
-        self.loss_plot = MinMaxBuckets(buckets)
-        self.time_plot = MinMaxBuckets(buckets)  # steps 6-N only, as the medians
-        self._medians = stats.SteadyMedians()
-
-    def extend(self, rows: list[tuple]) -> None:
-        for step, loss, step_s, _tokens, _t in rows:
-            if loss is not None and math.isfinite(loss):
-                self.loss_plot.append(step, loss)
-            if step > stats.WARMUP_STEPS:
-                self.time_plot.append(step, step_s)
-        if rows:
-            self.last, self.last_loss = rows[-1][0], rows[-1][1]
-            self.count += len(rows)
-            self._medians.add([(step, step_s, tokens) for step, _, step_s, tokens, _ in rows])
-
-    def medians(self) -> tuple[float | None, float | None]:
-        """Median step time and tok/s over steps 6-N (all steps while there are no others)."""
-        return self._medians.medians()
 
 
 def _text(value) -> str:
@@ -355,10 +276,13 @@ class ViewSource:
         self.clock = clock
         self.tick = tick
         self.buckets = buckets
-        self._series: dict[tuple[int, str], _Series] = {}
+        self._series: dict[tuple[int, str], PassSeries] = {}
         self._finished: dict[int, HistoryRow] = {}
         self._predicted: dict[int, Predicted | None] = {}
         self._compared: dict[int, tuple[float, str, object]] = {}
+        self._estimated: tuple[float, tuple, dict] | None = None
+        self._event_cursor: int | None = None
+        self._curves: dict[int, LossCurve] = {}
 
     # --- one refresh ----------------------------------------------------------
 
@@ -366,18 +290,31 @@ class ViewSource:
         now = self.clock()
         queue = self.store.queue()
         holders, holders_time = self.holders(now)
+        current = self.current(now)
         return Snapshot(
             now=now,
             home=self.home,
             daemon=(daemon := self.daemon(now)),
             gates=self.gates(now, queue, None if daemon.state == liveness.ALIVE else daemon.since),
-            queue=tuple(self._queue_row(r, now) for r in queue),
-            current=self.current(now),
+            queue=self._queue_rows(queue, now, current),
+            current=current,
             history=self.history(),
             holders=holders,
             holders_time=holders_time,
             daemon_events=self.daemon_events(),
+            notices=self.notices(),
         )
+
+    def notices(self) -> tuple[Notice, ...]:
+        """The `notify` events stored since the last refresh. The first refresh only notes
+        where the events end: what happened before the monitor opened is not news."""
+        if self._event_cursor is None:
+            self._event_cursor = self.store.last_event_id()
+            return ()
+        events = self.store.events_after(self._event_cursor, [NOTIFY])
+        if events:
+            self._event_cursor = events[-1]["id"]
+        return tuple(n for n in map(notice_of, events) if n is not None)
 
     def daemon_events(self, limit: int = DAEMON_EVENTS) -> tuple[EventRow, ...]:
         return tuple(EventRow(e["time"], e["kind"], (e["message"] or "").splitlines()[0]
@@ -427,8 +364,18 @@ class ViewSource:
                          load_now=load_now, load_series=load_series, as_of=as_of,
                          node=placed.get("node"), nodes=tuple(placed.get("nodes") or ()))
 
+    def _queue_rows(self, queue: list[dict], now: float,
+                    current: RunView | None = None) -> tuple[QueueRow, ...]:
+        # The current run's running median, when it is the active run's main pass, spares the
+        # estimate a walk of its steps' index.
+        medians = ({current.run_id: current.median_s} if current is not None
+                   and current.status in ACTIVE and current.label == records.MAIN
+                   and current.median_s is not None else {})
+        estimates = self.estimates(queue, now, medians)
+        return tuple(self._queue_row(r, now, estimates.get(r["id"])) for r in queue)
+
     @staticmethod
-    def _queue_row(run: dict, now: float) -> QueueRow:
+    def _queue_row(run: dict, now: float, estimate=None) -> QueueRow:
         c = run["config"] or {}
         return QueueRow(
             position=run["position"], run_id=run["id"], name=run.get("name"),
@@ -436,12 +383,34 @@ class ViewSource:
             resident=_int(c.get("resident", c.get("resident_layers"))),
             steps=_int(c.get("steps")), model=c.get("model"), baseline=bool(c.get("baseline")),
             age=max(0.0, now - run["created"]),
+            start=estimate.start if estimate else None, end=estimate.end if estimate else None,
+            basis=estimate.basis if estimate else "no estimate",
         )
+
+    def estimates(self, queue: list[dict], now: float, medians: dict | None = None) -> dict:
+        """``daemon.estimate.queue_estimates`` by run id: again when the queue or the active run
+        changed, else at most every ESTIMATE_EVERY_S (it fits the step model per queued run)."""
+        if not queue:
+            return {}
+        key = (tuple((r["id"], r["held"], repr(r["config"])) for r in queue),
+               tuple((r["id"], r["status"]) for r in self.store.active_runs()))
+        cached = self._estimated
+        if cached and cached[1] == key and now - cached[0] < ESTIMATE_EVERY_S:
+            return cached[2]
+        from daemon.estimate import queue_estimates
+
+        try:
+            value = {e.run_id: e for e in queue_estimates(self.store, now, medians=medians)}
+        except (RngdctlError, ArithmeticError, KeyError, TypeError, ValueError) as exc:
+            # Advice, never a crash: every row says why it has none.
+            value = {r["id"]: _NoEstimate(f"no estimate: {exc}") for r in queue}
+        self._estimated = (now, key, value)
+        return value
 
     # --- runs -----------------------------------------------------------------
 
-    def _pass_series(self, run_id: int, label: str) -> _Series:
-        series = self._series.setdefault((run_id, label), _Series(self.buckets))
+    def _pass_series(self, run_id: int, label: str) -> PassSeries:
+        series = self._series.setdefault((run_id, label), PassSeries(self.buckets))
         while True:  # in chunks: a long run's first read stays small in memory
             rows = self.store.step_series(run_id, label, after_step=series.last,
                                           limit=SERIES_CHUNK)
@@ -567,6 +536,32 @@ class ViewSource:
             error=stepmodel.relative_error(model_s, median_s), ended=run.get("ended"),
             model=config.get("model"),
         )
+
+    # --- the history's overlay -------------------------------------------------
+
+    def loss_curves(self, run_ids: tuple[int, ...]) -> tuple[LossCurve, ...]:
+        """The runs' loss curves, read in chunks; kept only for the runs asked last (a finished
+        run's curve does not change, so smoothing it again reads nothing)."""
+        curves = tuple(self._curves.get(r) or self._loss_curve(r) for r in run_ids)
+        self._curves = {c.run_id: c for c in curves
+                        if (self.store.run(c.run_id) or {}).get("status") in FINISHED}
+        return curves
+
+    def _loss_curve(self, run_id: int) -> LossCurve:
+        steps: list[int] = []
+        losses: list[float] = []
+        after = 0
+        while True:
+            rows = self.store.step_series(run_id, records.MAIN, after_step=after,
+                                          limit=SERIES_CHUNK)
+            for step, loss, _step_s, _tokens, _t in rows:
+                if loss is not None and math.isfinite(loss):
+                    steps.append(step)
+                    losses.append(loss)
+            if len(rows) < SERIES_CHUNK:
+                return LossCurve(run_id, run_label(self.store.run(run_id)), tuple(steps),
+                                 tuple(losses))
+            after = rows[-1][0]
 
     # --- device holders -------------------------------------------------------
 

@@ -119,3 +119,19 @@ def test_runs_and_show_give_position_estimate_and_basis(cli, store):
     assert listed[0]["estimate"]["position"] == 1 and listed[0]["estimate"]["start"] is not None
     assert "queue: #1, start ~" in shown and "rests on: " in shown
     assert "no estimate" not in cli("runs").output
+
+
+def test_a_median_the_caller_already_keeps_stands_for_the_active_runs_own(store):
+    # The TUI keeps the active run's running median; the estimate then reads no steps for it.
+    _baseline(store)
+    active = _queued(store, steps=50)
+    store.update_run(active, status="running", started=900.0)
+    store.add_steps(active, [records.Step(config_label="main", step=k, loss=4.0, step_s=0.5,
+                                          tokens=128, lr=1e-5, phases={}, time=float(k))
+                             for k in range(1, 11)])
+    _queued(store)
+
+    [e] = queue_estimates(store, now=1000.0, medians={active: 0.25})
+
+    assert e.start == pytest.approx(1000.0 + 40 * 0.25)
+    assert "40 steps left x 250.0 ms measured" in e.basis

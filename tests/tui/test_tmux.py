@@ -14,10 +14,10 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
+from tui_support import Pane
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,40 +27,6 @@ pytestmark = [
 ]
 
 STEP = re.compile(r"step ([\d,]+) of 2,000")
-
-
-class Pane:
-    """One tmux session on its own server socket, so no user session is touched."""
-
-    def __init__(self, command: list[str], env: dict):
-        self.socket = f"rngdctl-test-{uuid.uuid4().hex[:8]}"
-        self._tmux("new-session", "-d", "-s", "tui", "-x", "120", "-y", "40",
-                   "env", *(f"{k}={v}" for k, v in env.items()), *command)
-
-    def _tmux(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=False,
-                              capture_output=True, text=True, timeout=10)
-
-    def text(self) -> str:
-        return self._tmux("capture-pane", "-p", "-t", "tui").stdout
-
-    def keys(self, *keys: str) -> None:
-        self._tmux("send-keys", "-t", "tui", *keys)
-
-    def alive(self) -> bool:
-        return self._tmux("has-session", "-t", "tui").returncode == 0
-
-    def wait_for(self, predicate, timeout: float, what: str):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = predicate(self.text())
-            if found:
-                return found
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}; the pane shows:\n{self.text()}")
-
-    def close(self) -> None:
-        self._tmux("kill-server")
 
 
 def test_the_tui_in_tmux_follows_a_live_run_and_cancels_it(home, rngdctl, tmp_path):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from tui_support import NOW
 
 from daemon import stats
-from rngdctl.tui.data import MinMaxBuckets, ViewSource
+from rngdctl.tui.data import ViewSource
+from rngdctl.tui.series import MinMaxBuckets
 
 
 def test_downsampling_keeps_every_spike_and_at_most_two_points_per_bucket():

@@ -9,6 +9,13 @@ with Store methods and trainer.records objects only.
 
 from __future__ import annotations
 
+import subprocess
+import time
+import uuid
+
+from textual.geometry import Region
+from textual.widgets import DataTable
+
 from daemon.store import Store
 from trainer import records
 
@@ -129,3 +136,57 @@ def fill(store: Store) -> dict[str, int]:
     return ids
 
 
+
+
+def text_of(node, selector: str) -> str:
+    """What a person sees in the widget: its rendered lines, right-trimmed."""
+    widget = node.query_one(selector)
+    lines = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
+    return "\n".join(line.text.strip() for line in lines).strip("\n")
+
+
+def table_rows(app, selector: str) -> list[list[str]]:
+    """A DataTable's cells as the plain strings a person reads."""
+    table = app.query_one(selector, DataTable)
+    return [[str(getattr(c, "plain", c)) for c in table.get_row_at(i)]
+            for i in range(table.row_count)]
+
+
+class Pane:
+    """One tmux session on its own server socket, so no user session is touched."""
+
+    def __init__(self, command: list[str], env: dict):
+        self.socket = f"rngdctl-test-{uuid.uuid4().hex[:8]}"
+        self._tmux("new-session", "-d", "-s", "tui", "-x", "120", "-y", "40",
+                   "env", *(f"{k}={v}" for k, v in env.items()), *command)
+
+    def _tmux(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["tmux", "-L", self.socket, *args], check=False,
+                              capture_output=True, text=True, timeout=10)
+
+    def text(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", "tui").stdout
+
+    def keys(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", "tui", *keys)
+
+    def alive(self) -> bool:
+        return self._tmux("has-session", "-t", "tui").returncode == 0
+
+    def wait_for(self, predicate, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = predicate(self.text())
+            if found:
+                return found
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}; the pane shows:\n{self.text()}")
+
+    def close(self) -> None:
+        self._tmux("kill-server")
+
+    def bell_rung(self) -> bool:
+        """Whether the app rang the terminal's bell (tmux flags the window; detached, even
+        the current one)."""
+        flag = self._tmux("display-message", "-p", "-t", "tui", "#{window_bell_flag}")
+        return flag.stdout.strip() == "1"

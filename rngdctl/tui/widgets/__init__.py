@@ -10,6 +10,7 @@ from rngdctl.tui.widgets.help_screen import HelpScreen
 from rngdctl.tui.widgets.history import HistoryPanel
 from rngdctl.tui.widgets.holders import HoldersPanel
 from rngdctl.tui.widgets.log_tail import LogScreen
+from rngdctl.tui.widgets.overlay import OverlayScreen
 from rngdctl.tui.widgets.queue import QueuePanel
 from rngdctl.tui.widgets.run_detail import RunDetailScreen
 from rngdctl.tui.widgets.run_plots import RunPlots
@@ -18,6 +19,6 @@ from rngdctl.tui.widgets.submit_form import SubmitScreen
 
 __all__ = [
     "ConfirmScreen", "CurrentRunPanel", "DaemonBar", "EventsPanel", "FilterBar", "GatesPanel", "HelpScreen",
-    "HistoryPanel", "HoldersPanel", "LogScreen", "QueuePanel", "RunDetailScreen", "RunPlots",
+    "HistoryPanel", "HoldersPanel", "LogScreen", "OverlayScreen", "QueuePanel", "RunDetailScreen", "RunPlots",
     "SeriesPlot", "SubmitScreen",
 ]

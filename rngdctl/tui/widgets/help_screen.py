@@ -20,6 +20,7 @@ KEYS = [
     ("Space", "pause or resume the refresh"),
     ("l", "log tail of the selected run"),
     ("Enter", "open the selected run (history)"),
+    ("m / o", "history: mark two runs / overlay their loss curves (s: smoothing)"),
 ]
 ACTION_KEYS = [
     ("s", "submit a run"),

@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from rngdctl.tui.data import Series
+from rngdctl.tui.series import Series
 
 #: "plotext" (textual-plotext) or "textual-plot"; the benchmark sets it per measurement.
 PLOT = "plotext"
