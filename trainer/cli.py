@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --baseline: untimed steps on a throwaway copy until the step time "
                         "settles (median of 5 within 3%% of the 5 before), at most N; 0: none")
     t.add_argument("--interleave", type=int, default=0, metavar="B",
-                   help="with --baseline: alternate baseline and main in blocks of B steps "
-                        "(0: baseline first, then main)")
+                   help="with --baseline: alternate baseline and main in blocks of B steps, "
+                        "in mirrored pairs (ABBA); 0: baseline first, then main")
     t.add_argument("--cache-dir", default=None,
                    help="tokenizer cache (default $RNGDCTL_CACHE or ~/.cache/rngdctl)")
     t.add_argument("--log", default=None, metavar="FILE", help="also write the records here")

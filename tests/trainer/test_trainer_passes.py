@@ -7,13 +7,15 @@ baseline and the asked config must train exactly as they would alone.
 from __future__ import annotations
 
 import io
+import itertools
 import json
+import statistics
 
 import pytest
 
 from trainer.errors import UsageError
 from trainer.records import RecordWriter
-from trainer.train import SETTLE_K, Recipe, TrainConfig, settled_by_rule
+from trainer.train import SETTLE_K, Recipe, TrainConfig, interleaved_order, settled_by_rule
 
 
 def train(**overrides) -> list[dict]:
@@ -39,16 +41,37 @@ def alone():
     return train()
 
 
-def test_interleaved_passes_alternate_in_blocks_baseline_first(alone):
+def test_interleaved_passes_run_in_blocks_in_mirrored_pairs(alone):
     recs = train(interleave=3)
     order = [(r["config_label"], r["step"]) for r in recs if r["kind"] == "step"]
+    # Baseline then main, then main then baseline (ABBA); the longer main runs on alone.
     assert order == ([("baseline", s) for s in (1, 2, 3)] + [("main", s) for s in (1, 2, 3)]
-                     + [("baseline", s) for s in (4, 5)] + [("main", s) for s in (4, 5, 6)]
+                     + [("main", s) for s in (4, 5, 6)] + [("baseline", s) for s in (4, 5)]
                      + [("main", 7)])
     # Each pass still opens with its own start record, which says it was interleaved.
     starts = [r for r in recs if r["kind"] == "start"]
     assert [s["config_label"] for s in starts] == ["baseline", "main"]
     assert starts[1]["config"]["interleave"] == 3
+
+
+def test_a_steady_drift_of_the_host_costs_both_interleaved_passes_the_same():
+    # Step i of the run takes 1 + i/100 (a host slowing down steadily, or, read
+    # backwards, a process still warming up). Strict alternation put the
+    # baseline first in every pair of blocks: its steps sat 5 steps earlier on
+    # average, a bias of 5 % of the drift per step. Mirrored pairs cancel it.
+    order = interleaved_order([40, 40], 5)
+    assert len(order) == 80 and order.count(0) == order.count(1) == 40
+    mean_time = [statistics.mean(1 + i / 100 for i, which in enumerate(order) if which == p)
+                 for p in (0, 1)]
+    assert mean_time[0] == pytest.approx(mean_time[1], abs=1e-12)
+    # Blocks of 5, in pairs AB BA AB BA ...: the middle blocks run back to back.
+    runs = [(k, len(list(g))) for k, g in itertools.groupby(order)]
+    assert runs == [(0, 5)] + [(1, 10), (0, 10)] * 3 + [(1, 10), (0, 5)]
+
+
+def test_interleaving_passes_of_unequal_length_runs_the_longer_on_alone():
+    assert interleaved_order([2, 7], 2) == [0, 0, 1, 1, 1, 1, 1, 1, 1]
+    assert interleaved_order([4, 4], 10) == [0] * 4 + [1] * 4
 
 
 def test_interleaved_passes_compute_exactly_what_they_compute_alone(alone):
