@@ -13,6 +13,9 @@ import pytest
 from k8s_emulator import NODE, NS
 from k8s_support import IMAGE, publish_agents
 
+from daemon import nodes
+from daemon.holders import HolderRow
+
 NODE2, NODE3 = "rngd-node-2", "rngd-node-3"
 T0 = 1_767_225_600.0
 
@@ -81,6 +84,25 @@ def test_runs_per_node_two_puts_two_runs_on_one_node_and_refuses_a_third(
     one = _last_gates(store, c)["one_at_a_time"]
     assert (one["verdict"], one["detail"]) == (
         "fail", f"run {b} is running on {NODE} (2 of 2 per node)")
+
+
+def test_our_own_runs_trainer_holding_cards_does_not_block_a_second_run_on_its_node(
+        nodes3, cluster, daemon, store, submit, clock, config):
+    config.k8s.runs_per_node = 2
+    a, b = submit(cards=2, node=NODE), submit(cards=2, node=NODE)
+    _tick(daemon, clock, [T0 + 21, T0 + 22])
+    assert store.run(a)["status"] == "running"
+    # node-1's agent now sees run a's trainer (in its Job's pod) holding npu0.
+    row = HolderRow(node=NODE, cards=("npu0",), pid=777, user="root",
+                    command="python -m trainer train", pod=f"{NS}/rngd-{a}-a1-x",
+                    job=f"rngd-{a}-a1", run=a, files=("/dev/rngd/npu0pe0",))
+    reading = {"v": 1, "load": [1.0, 1.0, 1.0], "complete": True, "visibility": "",
+               "holders": [row.as_dict()], "cards": [], "idle_since": {}}
+    cluster.put("v1/configmaps", nodes.agent_configmap(NODE, NS, reading, heartbeat=T0 + 22,
+                                                       tick=5.0))
+    results = _tick(daemon, clock, [T0 + 23, T0 + 24])
+    assert b in [r.launched for r in results], store.gate_checks(run_id=b)[-1]["gates"]
+    assert store.run(b)["node"] == NODE
 
 
 def test_a_run_pinned_with_submit_node_goes_to_that_node_not_the_one_with_most_cards(
