@@ -161,8 +161,7 @@ def _idle_gate(state: NodeState, own_runs: set[int]) -> Gate:
     agent = state.agent
     if agent is None:
         return Gate(DEVICE_IDLE, None, "0 holders", NA, f"no reading from {state.name}")
-    others = [r for r in agent.holders
-              if r.pid is not None and (r.run is None or r.run not in own_runs)]
+    others = [r for r in foreign_holders(agent, own_runs) if r.pid is not None]
     if not others:
         detail = f"{state.name}: no process holds a device file"
     else:
@@ -218,10 +217,17 @@ def summary_gate(verdicts: list[tuple[NodeState, list[Gate]]], chosen: NodeState
                 "\n".join(verdict(s, g) for s, g in verdicts))
 
 
-def agent_host(agent: AgentReading) -> HostReading:
-    """An agent's reading in the probe's form, so the host gates read it as they read /proc."""
+def foreign_holders(agent: AgentReading, own_runs: set[int]) -> tuple[HolderRow, ...]:
+    """The agent's holder rows less our own runs' (their pods hold their cards, as they
+    should: with ``runs_per_node`` > 1 a node may take another run beside ours)."""
+    return tuple(r for r in agent.holders if r.run is None or r.run not in own_runs)
+
+
+def agent_host(agent: AgentReading, own_runs: set[int] = frozenset()) -> HostReading:
+    """An agent's reading in the probe's form, so the host gates read it as they read /proc
+    (our own runs' holders left out)."""
     rows = tuple(Holder(r.pid, r.user, r.command, r.files, r.started)
-                 for r in agent.holders if r.pid is not None)
+                 for r in foreign_holders(agent, own_runs) if r.pid is not None)
     return HostReading(time=agent.heartbeat, load=agent.load or (0.0, 0.0, 0.0), holders=rows,
                        complete=agent.complete, unreadable=agent.unreadable)
 

@@ -1,4 +1,5 @@
-"""The daemon loop: probes, gates, launch, follow, ingest, one run at a time.
+"""The daemon loop: probes, gates, launch, follow, ingest; one run at a time, or with
+node agents up to ``runs_per_node`` runs per node, nodes in parallel (``_schedule``).
 
 ``Daemon.tick(now)`` is one iteration and is what tests drive; ``run()`` only
 loops over it until a signal sets the stop flag. A failing tick is logged and

@@ -903,9 +903,10 @@ class K8sLauncher:
         state, gates = chosen
         present, image_detail = self._image_reading(run, state.node, image)
         agent = state.agent
+        ours = {r["id"] for r in self.store.active_runs()}
         return ClusterReading(
             state.cards_free, state.cards_detail, present, image_detail,
-            host=nodes.agent_host(agent) if agent else None,
-            holders=agent.holders if agent else (),
+            host=nodes.agent_host(agent, ours) if agent else None,
+            holders=nodes.foreign_holders(agent, ours) if agent else (),
             extra=(gates[0], nodes.summary_gate(verdicts, state)),
             node=state.name, per_node=self.runs_per_node or 1)

@@ -49,6 +49,9 @@ def k8s_options(fn):
 def daemon(home, launcher, tick, exit_when_idle, **k8s_flags):
     """Run the loop: probe, gate, launch one run at a time, follow and ingest it.
 
+    With the k8s launcher and [k8s] agents = true: up to [k8s] runs_per_node runs
+    on each node (default 1), nodes in parallel; submit --node pins a run.
+
     Example: rngdctl daemon --launcher local --tick 2 --exit-when-idle
     """
     from daemon.scheduler import Daemon, install_signal_handlers

@@ -58,3 +58,23 @@ def device_holder(proc, pid: int, cgroup: str | None) -> None:
     (d / "cmdline").write_bytes(b"python\0serve.py\0")
     if cgroup is not None:
         (d / "cgroup").write_text(cgroup)
+
+
+def publish_agents(config, tmp_path, heartbeats, tick: float = 5.0) -> None:
+    """Each node's rngdctl agent publishes once, at its time: [(node, heartbeat), ...].
+
+    The agents read an empty /proc of their own (no holder) and no furiosa-smi.
+    """
+    from daemon.agent import Agent
+    from daemon.k8s.client import K8sClient
+
+    for node, at in heartbeats:
+        proc = tmp_path / f"proc-{node}"
+        proc.mkdir(exist_ok=True)
+        client, _ = K8sClient.from_config(config.k8s)
+        try:
+            Agent(client, namespace=config.k8s.namespace, node=node, tick=tick, proc=str(proc),
+                  read_cards=lambda: ([], "furiosa-smi not found: no card readings")
+                  ).publish(now=at)
+        finally:
+            client.close()

@@ -21,12 +21,10 @@ from pathlib import Path
 
 import pytest
 from k8s_emulator import NODE, NS
-from k8s_support import IMAGE, end_line, start_line, step_line
+from k8s_support import IMAGE, end_line, publish_agents, start_line, step_line
 
 from daemon import faults
-from daemon.agent import Agent
 from daemon.k8s import jobspec
-from daemon.k8s.client import K8sClient
 from daemon.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,15 +43,7 @@ def agents(cluster, config, tmp_path):
     cluster.add_node(NODE2, cards=4, images=[IMAGE])
     cluster.add_node(NODE3, cards=4, images=[IMAGE])
     now = time.time()
-    for node, at in [(NODE, now), (NODE2, now), (NODE3, now - 3600)]:
-        proc = tmp_path / f"proc-{node}"
-        proc.mkdir()
-        client, _ = K8sClient.from_config(config.k8s)
-        try:
-            Agent(client, namespace=NS, node=node, tick=60.0, proc=str(proc),
-                  read_cards=lambda: ([], "no furiosa-smi")).publish(now=at)
-        finally:
-            client.close()
+    publish_agents(config, tmp_path, [(NODE, now), (NODE2, now), (NODE3, now - 3600)], tick=60.0)
 
 
 def _daemon(cluster, home, fault: str = "") -> subprocess.Popen:

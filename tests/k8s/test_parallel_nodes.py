@@ -1,9 +1,8 @@
 """Several runs at once, one per node: 3 nodes, 2 live agents and 1 silent (kmock over HTTP).
 
 rngd-node-1 has 8 cards, rngd-node-2 and rngd-node-3 4 each, all with the image
-in their status.images; the agents of
-node-1 and node-2 published at T0 + 20 (tick 5 s: live until T0 + 35), the
-agent of node-3 at T0 (silent from T0 + 15).
+in their status.images; the agents of node-1 and node-2 published at T0 + 20
+(tick 5 s: live until T0 + 35), the agent of node-3 at T0 (silent from T0 + 15).
 """
 
 from __future__ import annotations
@@ -12,36 +11,21 @@ import time
 
 import pytest
 from k8s_emulator import NODE, NS
-from k8s_support import IMAGE
+from k8s_support import IMAGE, publish_agents
 
-from daemon.agent import Agent
-from daemon.k8s.client import K8sClient
+from daemon import nodes
+from daemon.holders import HolderRow
 
 NODE2, NODE3 = "rngd-node-2", "rngd-node-3"
 T0 = 1_767_225_600.0
-
-
-def _no_cards():
-    return [], "furiosa-smi not found: no card readings"
 
 
 @pytest.fixture
 def nodes3(cluster, config, tmp_path):
     cluster.add_node(NODE2, cards=4, images=[IMAGE])
     cluster.add_node(NODE3, cards=4, images=[IMAGE])
-    made = []
-    for node, at in [(NODE3, T0), (NODE, T0 + 20), (NODE2, T0 + 20)]:
-        proc = tmp_path / f"proc-{node}"
-        proc.mkdir()
-        client, _ = K8sClient.from_config(config.k8s)
-        agent = Agent(client, namespace=NS, node=node, tick=5.0, proc=str(proc),
-                      read_cards=_no_cards)
-        agent.publish(now=at)
-        made.append(agent)
+    publish_agents(config, tmp_path, [(NODE3, T0), (NODE, T0 + 20), (NODE2, T0 + 20)])
     config.k8s.agents, config.k8s.node = True, None
-    yield
-    for agent in made:
-        agent.client.close()
 
 
 def _since(t: float) -> str:
@@ -102,6 +86,25 @@ def test_runs_per_node_two_puts_two_runs_on_one_node_and_refuses_a_third(
         "fail", f"run {b} is running on {NODE} (2 of 2 per node)")
 
 
+def test_our_own_runs_trainer_holding_cards_does_not_block_a_second_run_on_its_node(
+        nodes3, cluster, daemon, store, submit, clock, config):
+    config.k8s.runs_per_node = 2
+    a, b = submit(cards=2, node=NODE), submit(cards=2, node=NODE)
+    _tick(daemon, clock, [T0 + 21, T0 + 22])
+    assert store.run(a)["status"] == "running"
+    # node-1's agent now sees run a's trainer (in its Job's pod) holding npu0.
+    row = HolderRow(node=NODE, cards=("npu0",), pid=777, user="root",
+                    command="python -m trainer train", pod=f"{NS}/rngd-{a}-a1-x",
+                    job=f"rngd-{a}-a1", run=a, files=("/dev/rngd/npu0pe0",))
+    reading = {"v": 1, "load": [1.0, 1.0, 1.0], "complete": True, "visibility": "",
+               "holders": [row.as_dict()], "cards": [], "idle_since": {}}
+    cluster.put("v1/configmaps", nodes.agent_configmap(NODE, NS, reading, heartbeat=T0 + 22,
+                                                       tick=5.0))
+    results = _tick(daemon, clock, [T0 + 23, T0 + 24])
+    assert b in [r.launched for r in results], store.gate_checks(run_id=b)[-1]["gates"]
+    assert store.run(b)["node"] == NODE
+
+
 def test_a_run_pinned_with_submit_node_goes_to_that_node_not_the_one_with_most_cards(
         nodes3, cluster, daemon, store, submit, clock):
     run_id = submit(cards=2, node=NODE2)
@@ -117,7 +120,7 @@ def test_a_run_pinned_to_the_silent_node_waits_and_names_it(
     gates = _last_gates(store, run_id)
     assert gates["nodes"]["reading"] == NODE3
     assert gates["agent"]["detail"] == (f"agent on {NODE3} silent since "
-                                        f"{time.strftime('%H:%M', time.localtime(T0))}")
+                                        f"{_since(T0)}")
 
 
 def test_equal_cards_go_to_the_node_that_has_the_image(
@@ -143,7 +146,7 @@ def test_show_of_a_queued_run_names_the_closest_node_and_gives_every_nodes_verdi
     assert lines[at + 1:at + 4] == [
         f"    {NODE}: run {a} is running on {NODE}",
         f"    {NODE2}: run {b} is running on {NODE2}",
-        f"    {NODE3}: agent on {NODE3} silent since {time.strftime('%H:%M', time.localtime(T0))}"]
+        f"    {NODE3}: agent on {NODE3} silent since {_since(T0)}"]
 
 
 def test_gates_prints_each_nodes_verdict_under_the_table(cluster, config, home, tmp_path,
@@ -151,15 +154,7 @@ def test_gates_prints_each_nodes_verdict_under_the_table(cluster, config, home, 
     cluster.add_node(NODE2, cards=4, images=[IMAGE])
     cluster.add_node(NODE3, cards=4, images=[IMAGE])
     now = time.time()
-    for node, at in [(NODE, now), (NODE2, now), (NODE3, now - 3600)]:
-        proc = tmp_path / f"proc-{node}"
-        proc.mkdir()
-        client, _ = K8sClient.from_config(config.k8s)
-        try:
-            Agent(client, namespace=NS, node=node, tick=60.0, proc=str(proc),
-                  read_cards=_no_cards).publish(now=at)
-        finally:
-            client.close()
+    publish_agents(config, tmp_path, [(NODE, now), (NODE2, now), (NODE3, now - 3600)], tick=60.0)
     home.config_path.write_text(f'[k8s]\nimage = "{IMAGE}"\nagents = true\n')
     submit(cards=2)
     code, out, err = rngdctl("gates", "--launcher", "k8s", "--namespace", NS, "--context", "emu")
