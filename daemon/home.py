@@ -78,6 +78,11 @@ class K8sConfig:
     # --- RNGD cards (see docs/design.md) ---
     card_resource: str | None = None  # None: the node's furiosa.ai/rngd, rngd-s or rngd-max
     seccomp_profile: str = "Unconfined"  # the Job pod's; the driver uses io_uring; "" unsets
+    # --- replicas of the daemon (daemon/k8s/leader.py, docs/design.md) ---
+    leader_election: bool = False  # replicas take a Lease: only its holder launches
+    lease_name: str = "rngdctl-daemon"  # the Lease in [k8s] namespace
+    lease_duration: float = 15.0  # seconds a standby waits on an unrenewed Lease to take it
+    renew_deadline: float = 10.0  # seconds the leader may go unrenewed before it stops acting
 
 
 @dataclass
@@ -126,6 +131,10 @@ def parse_config(text: str) -> Config:
     if config.k8s.runs_per_node < 1:
         raise ConfigError(f"config.toml: [k8s] runs_per_node must be >= 1, "
                           f"got {config.k8s.runs_per_node}")
+    k8s = config.k8s
+    if not 0 < k8s.renew_deadline < k8s.lease_duration:
+        raise ConfigError(f"config.toml: [k8s] renew_deadline ({k8s.renew_deadline}) must be "
+                          f"above 0 and below lease_duration ({k8s.lease_duration})")
     if config.daemon.launcher not in ("local", "k8s"):
         raise ConfigError(f"config.toml: [daemon] launcher must be local or k8s, "
                           f"got {config.daemon.launcher!r}")

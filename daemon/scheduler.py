@@ -65,12 +65,13 @@ class TickResult:
     finished: tuple[int, str] | None = None
     gates_passed: bool | None = None
     idle: bool = False
+    standby: bool = False  # leader election: another replica holds the Lease
 
 
 class Daemon:
     def __init__(self, home: Home, store: Store, config: Config, launcher: Launcher, *,
                  exit_when_idle: bool = False, probe=None, clock=time.time,
-                 proc: str = "/proc"):
+                 proc: str = "/proc", leader=None):
         self.home = home
         self.store = store
         self.config = config
@@ -88,16 +89,62 @@ class Daemon:
         self.compactor = Compactor(store, full_resolution_days=config.daemon.full_resolution_days,
                                    every=config.daemon.compact_every)
         self._follow_failures: dict[int, int] = {}
+        #: ``daemon.k8s.leader.LeaderElector`` when replicas take turns; None: the only one.
+        self.leader = leader
+        self._active = False  # this process leads: holds the home's lock, owns the daemon row
+
+    # === leader election (daemon/k8s/leader.py) ==============================
+
+    def _lead(self, now: float) -> bool:
+        """Whether this replica acts this tick; takes over as the Lease allows."""
+        leader = self.leader
+        leading = leader.lead()
+        if leading and not self._active:
+            try:
+                self._activate(now)
+            except DaemonAlreadyRunning as exc:  # the old leader still runs on this home
+                leader.note = str(exc)
+                leading = False
+            else:
+                self.store.add_event(None, "leader", f"{leader.identity} leads ({leader.where})",
+                                     now=now)
+        elif not leading and self._active:
+            # We led and lost the Lease: stop; the restarted pod comes back as a standby.
+            self._active = False
+            self._lock.release()
+            self.store.add_event(None, "leader", f"{leader.identity} lost the {leader.where}: "
+                                 f"{leader.note}; it stops launching", now=now)
+            self.stop(f"lost the {leader.where}: {leader.note}")
+        self.store.set_replica(leader.identity, role="leader" if leading else "standby",
+                               leader=leader.holder, pid=os.getpid(), now=now)
+        if not leading:
+            log.info("standby: %s", leader.note)
+        return leading
+
+    def _fenced(self, run_id: int, now: float) -> bool:
+        """Only the Lease's holder launches: one guarded write right before it."""
+        if self.leader is None or self.leader.fence():
+            return True
+        self.store.add_event(run_id, "leader", f"not launched: {self.leader.note}", now=now)
+        return False
 
     # === lifecycle ===========================================================
 
     def start(self) -> None:
-        """Take the lock, announce ourselves, adopt what a previous daemon left running."""
+        """Take the lock, announce ourselves, adopt what a previous daemon left running.
+
+        Under leader election this happens in the tick that takes the Lease.
+        """
+        if self.leader is None:
+            self._activate(self.clock())
+
+    def _activate(self, now: float) -> None:
         self._lock.acquire()
+        self._active = True
         self.store.daemon_started(pid=os.getpid(), launcher=self.launcher.name,
-                                  home=str(self.home.path), now=self.clock())
+                                  home=str(self.home.path), now=now)
         self.store.add_event(None, "daemon", f"daemon started (pid {os.getpid()}, launcher "
-                             f"{self.launcher.name})", now=self.clock())
+                             f"{self.launcher.name})", now=now)
         self.launcher.startup()
         for run in self.store.active_runs():
             try:
@@ -118,12 +165,24 @@ class Daemon:
 
     def close(self) -> None:
         reason = self.stop_reason or "stopped"
+        was_active, self._active = self._active, False
         try:
-            self.launcher.close()
-            self.store.daemon_stopped(reason, now=self.clock())
-            self.store.add_event(None, "daemon", f"daemon stopped: {reason}", now=self.clock())
+            if was_active or self.leader is None:  # a standby never owned the daemon row
+                self.store.daemon_stopped(reason, now=self.clock())
+                self.store.add_event(None, "daemon", f"daemon stopped: {reason}",
+                                     now=self.clock())
+            else:
+                self.store.add_event(None, "leader", f"standby {self.leader.identity} stopped: "
+                                     f"{reason}", now=self.clock())
         finally:
             self._lock.release()
+            try:
+                if self.leader is not None:
+                    if was_active:  # lock first, then the Lease: the standby takes both next tick
+                        self.leader.release()
+                    self.store.drop_replica(self.leader.identity)
+            finally:
+                self.launcher.close()
         log.info("daemon stopped: %s", reason)
 
     def run(self) -> None:
@@ -153,6 +212,16 @@ class Daemon:
 
     def tick(self, now: float | None = None) -> TickResult:
         now = self.clock() if now is None else now
+        if self.leader is None:
+            return self._tick(now)
+        if not self._lead(now):
+            return TickResult(standby=True)
+        try:
+            return self._tick(now)
+        finally:
+            self.leader.renew()  # unless this tick's fence already wrote the Lease
+
+    def _tick(self, now: float) -> TickResult:
         result = TickResult()
         self.store.daemon_heartbeat(now=now)
 
@@ -199,7 +268,7 @@ class Daemon:
             return
         passed, node = self._gate(head, host, rows, now)
         result.gates_passed = passed
-        if not passed:
+        if not passed or not self._fenced(head["id"], now):
             return
         if self.store.claim_for_launch(head["id"], launcher=self.launcher.name, node=node,
                                        per_node=per_node or 1, now=now):

@@ -20,7 +20,7 @@ from typing import Any, Self
 from daemon.errors import NoSuchRun, StoreError, StoreVersionError
 from trainer import records
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: Run states. A run moves queued -> launching -> running -> one of FINISHED.
 QUEUED, LAUNCHING, RUNNING = "queued", "launching", "running"
@@ -235,7 +235,21 @@ _V7 = [
         FROM steps GROUP BY run_id, config_label""",
 ]
 
-MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
+# Version 8: the daemon's replicas under leader election (daemon/k8s/leader.py):
+# each replica's role (leader or standby), who it saw holding the Lease and its
+# own heartbeat, so that commands run beside a standby say so. The ``daemon``
+# row stays the leader's.
+_V8 = [
+    """CREATE TABLE replicas (
+        identity TEXT PRIMARY KEY,
+        role TEXT NOT NULL,
+        leader TEXT,
+        pid INTEGER,
+        heartbeat REAL NOT NULL
+    )""",
+]
+
+MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8}
 
 _INSERT_STEP = (
     "INSERT INTO steps (run_id, config_label, step, loss, loss_flag, step_s, tokens,"
@@ -820,6 +834,22 @@ class Store:
     def daemon_state(self) -> dict | None:
         rows = self._rows("SELECT * FROM daemon WHERE id = 1")
         return rows[0] if rows else None
+
+    # === leader election =====================================================
+    # One row per daemon replica (its identity: pod name/pid); see daemon/k8s/leader.py.
+
+    def set_replica(self, identity: str, *, role: str, leader: str | None, pid: int,
+                    now: float | None = None) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO replicas (identity, role, leader, pid, heartbeat)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (identity, role, leader, pid, time.time() if now is None else now))
+
+    def drop_replica(self, identity: str) -> None:
+        self.conn.execute("DELETE FROM replicas WHERE identity = ?", (identity,))
+
+    def replicas(self) -> list[dict]:
+        return self._rows("SELECT * FROM replicas ORDER BY role, identity")
 
     # === tui =================================================================
     # Light reads for the TUI's refresh: plain tuples, no JSON decoding, so a

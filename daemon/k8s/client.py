@@ -11,8 +11,9 @@ Every request has a timeout. Transient failures (no connection, a timeout,
 out the call raises ``K8sUnavailable``. A 404 returns None where "absent" is
 an answer (reads, deletes); any other 4xx raises ``K8sRejected`` at once.
 
-Only ``daemon.launchers.k8s`` and ``daemon.k8s.doctor`` import this module:
-it imports the Kubernetes client, which the light commands must not load.
+Only the k8s side imports this module (``daemon.launchers.k8s``, ``daemon.k8s.doctor``,
+``daemon.k8s.leader``, ``daemon.agent``): it imports the Kubernetes client,
+which the light commands must not load.
 """
 
 from __future__ import annotations
@@ -249,10 +250,13 @@ class K8sClient:
                 if (p.get("spec") or {}).get("nodeName") == node]
 
     def access_review(self, *, verb: str, resource: str, namespace: str | None = None,
-                      group: str = "", subresource: str | None = None) -> tuple[bool, str]:
+                      group: str = "", subresource: str | None = None,
+                      name: str | None = None) -> tuple[bool, str]:
         attributes = {"verb": verb, "resource": resource, "group": group}
         if namespace:
             attributes["namespace"] = namespace
+        if name:
+            attributes["name"] = name
         if subresource:
             attributes["subresource"] = subresource
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
@@ -359,3 +363,22 @@ class K8sClient:
                              f"/api/v1/namespaces/{namespace}/configmaps/{name}",
                              body=changes, absent_ok=True,
                              content_type="application/merge-patch+json")
+
+    # --- leader election (daemon/k8s/leader.py) --------------------------------
+
+    def read_lease(self, namespace: str, name: str) -> dict | None:
+        return self._request("read_lease", "GET",
+                             f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+                             absent_ok=True)
+
+    def create_lease(self, namespace: str, body: dict) -> dict:
+        """Raises K8sConflict when another replica created it first."""
+        return self._request("create_lease", "POST",
+                             f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+                             body=body)
+
+    def replace_lease(self, namespace: str, name: str, body: dict) -> dict:
+        """PUT guarded by ``body.metadata.resourceVersion``: K8sConflict when it is stale."""
+        return self._request("replace_lease", "PUT",
+                             f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+                             body=body)

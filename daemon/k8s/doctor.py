@@ -23,7 +23,14 @@ PERMISSIONS = [
     ("list", "nodes", None, "", False),
     ("list", "pods", None, "", False),  # pods of every namespace on the node: cards in use
     ("list", "configmaps", None, "", True),  # the node agents' readings
+    # Leader election between replicas (daemon/k8s/leader.py): create the Lease, and
+    # get/update only the one named [k8s] lease_name (RBAC resourceNames).
+    *[(verb, "leases", None, "coordination.k8s.io", True) for verb in ("get", "create",
+                                                                      "update")],
 ]
+
+#: Verbs that RBAC grants on one named object: the access review names it.
+NAMED = {("leases", "get"), ("leases", "update")}
 
 #: What ``rngdctl agent`` does: write its own ConfigMap, list the pods on its node.
 AGENT_PERMISSIONS = [
@@ -96,16 +103,20 @@ def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> 
     for verb, resource, sub, group, namespaced in permissions:
         what = resource + (f"/{sub}" if sub else "")
         where = f"in namespace {k8s.namespace}" if namespaced else "cluster-wide"
+        name = k8s.lease_name if (resource, verb) in NAMED else None
+        if name:
+            what += f" {name}"
         try:
             allowed, reason = client.access_review(
                 verb=verb, resource=resource, group=group, subresource=sub,
-                namespace=k8s.namespace if namespaced else None)
+                namespace=k8s.namespace if namespaced else None, name=name)
         except K8sError as exc:
             out.append(Check(f"may {verb} {what}", False, str(exc), "see the API check"))
             continue
         fix = ("kubectl apply -f deploy/rbac.yaml (" + (
             "Role rngdctl-agent for its ConfigMap, ClusterRole rngdctl-agent for pods)" if agent
-            else "Role for jobs, pods and configmaps, ClusterRole for nodes and pods)"))
+            else "Role for jobs, pods, configmaps and the Lease, ClusterRole for nodes and "
+                 "pods; a [k8s] lease_name other than rngdctl-daemon goes in its resourceNames)"))
         out.append(Check(f"may {verb} {what}", allowed,
                          f"{where}" + (f": {reason}" if reason else ""), "" if allowed else fix))
     if agent:

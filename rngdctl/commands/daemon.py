@@ -64,10 +64,28 @@ def daemon(home, launcher, tick, exit_when_idle, **k8s_flags):
         config.daemon.tick = tick
     _k8s_overrides(config, **k8s_flags)
     with home.store() as store:
-        loop = Daemon(home, store, config, _build(home, launcher, store, config),
-                      exit_when_idle=exit_when_idle)
+        runner = _build(home, launcher, store, config)
+        loop = Daemon(home, store, config, runner, exit_when_idle=exit_when_idle,
+                      leader=_elector(runner, config))
         install_signal_handlers(loop)
         loop.run()
+
+
+def _elector(launcher, config):
+    """``[k8s] leader_election``: the Lease that lets one replica of several launch."""
+    from daemon.errors import ConfigError
+
+    k8s = config.k8s
+    if not k8s.leader_election:
+        return None
+    if launcher.name != "k8s":
+        raise ConfigError("[k8s] leader_election needs the k8s launcher (--launcher k8s): "
+                          "local daemons on one home already exclude each other by its lock")
+    from daemon.k8s import leader
+
+    return leader.LeaderElector(launcher.client, namespace=k8s.namespace, name=k8s.lease_name,
+                                identity=leader.identity(), lease_duration=k8s.lease_duration,
+                                renew_deadline=k8s.renew_deadline)
 
 
 def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) -> dict:
@@ -88,6 +106,7 @@ def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) 
         result = gates.evaluate(host=host, cluster=cluster, cards=need,
                                 active=store.active_runs(), load_max=config.gates.load_max)
         live = liveness.for_home(home, store)
+        replicas = liveness.replicas_for_home(home, store)
     return {
         "run": head["id"] if head else None,
         "cards": need,
@@ -97,6 +116,7 @@ def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) 
         "visibility": host.visibility_note,
         "daemon": live.as_dict(),
         "daemon_summary": live.summary(),
+        "replicas": replicas,
     }
 
 
@@ -137,5 +157,7 @@ def _print_gates(reading: dict) -> None:
         for line in more:
             click.echo(f"{'':>42}{line}")
     click.echo(f"  ({reading['visibility']})")
+    if reading["replicas"]:
+        click.echo(f"  {reading['replicas']}")
     if reading["daemon_summary"]:
         click.echo(f"  {reading['daemon_summary']}: nothing launches until a daemon starts")

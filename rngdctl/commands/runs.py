@@ -126,6 +126,7 @@ def runs(home, as_json, show_all):
         rows = store.runs(limit=None if show_all else 50)
         counts = {r["id"]: store.step_counts(r["id"]) for r in rows}
         live = liveness.for_home(home, store, now)
+        replicas = liveness.replicas_for_home(home, store, now)
         estimates = {e.run_id: e for e in queue_estimates(store, now)}
 
     def as_of(run: dict) -> float | None:
@@ -138,6 +139,8 @@ def runs(home, as_json, show_all):
                        else {})} for r in rows])
         return
     stale = [r for r in rows if as_of(r) is not None]
+    if replicas:
+        click.echo(replicas)
     if not live.running:
         click.echo(live.summary(now) + ("; a status marked * is as of then" if stale else ""))
     if not rows:

@@ -3,9 +3,13 @@
 The official client is synchronous; kmock's server is asyncio. Running the
 server's loop in its own thread lets tests (and bench/k8s_calls_per_tick.py)
 call the launcher directly. What kmock 0.8 lacks, this subclass adds: pod
-logs that honour ``sinceTime`` and ``timestamps``, and SelfSubjectAccessReview
-answers (not stored objects). There is no controller: the test plays the Job
-controller and the kubelet with ``start_pod`` and ``set_pod``.
+logs that honour ``sinceTime`` and ``timestamps``, SelfSubjectAccessReview
+answers (not stored objects), and optimistic concurrency: every create and
+patch stamps a new ``metadata.resourceVersion``, and a PUT (replace) whose
+``resourceVersion`` is not the stored one is refused with 409 Conflict, as the
+API server does (the Lease of leader election relies on it). There is no
+controller: the test plays the Job controller and the kubelet with
+``start_pod`` and ``set_pod``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from kmock._internal import apps
 
 NS = "ml"
 NODE = "rngd-node-1"
-RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs", "v1/namespaces")
+RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs", "v1/namespaces",
+             "coordination.k8s.io/v1/leases")
+LEASES = "coordination.k8s.io/v1/leases"
 NO_NEWLINE = "\0no-newline"
 
 
@@ -39,6 +45,8 @@ def stamp(second: float, nanos: int = 0) -> str:
 class Emulator(kmock.KubernetesEmulator):
     logs: dict = attrs.field(factory=dict)  # (namespace, pod) -> [(stamp, text)]
     denied: set = attrs.field(factory=set)  # {(verb, resource)} SelfSubjectAccessReview says no
+    #: {(verb, resource): names}: granted on these objects only (RBAC resourceNames)
+    named: dict = attrs.field(factory=dict)
     log_requests: list = attrs.field(factory=list)
     #: When set, plays the Job controller and kubelet: a created Job gets a pod, on the
     #: Job's node, that has already succeeded with these log lines (for end-to-end runs of
@@ -46,14 +54,58 @@ class Emulator(kmock.KubernetesEmulator):
     autopilot: list | None = None
     #: With autopilot: its pods stay Running (their log already there) until ``release``.
     autopilot_hold: bool = False
+    #: The cluster's resourceVersion counter (one sequence for every object, as etcd's).
+    version: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        # PUT on a named object is a replace; kmock has no fallback for it. User
+        # reactions (faults) still come first; a faulted PUT writes nothing.
+        self.fallback[kmock.method.PUT] << self._serve_replace
+
+    def next_version(self) -> str:
+        self.version += 1
+        return str(self.version)
+
+    async def _serve_replace(self, request):
+        if request.resource is None or request.name is None or not isinstance(request.data, dict):
+            raise kmock.KubernetesError(status=405, reason="MethodNotAllowed",
+                                        message="PUT needs a named object and a JSON body")
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                raise kmock.KubernetesObjectNotFoundError()
+            stored = self.objects[key].raw.get("metadata", {}).get("resourceVersion")
+            sent = (request.data.get("metadata") or {}).get("resourceVersion")
+            if sent is not None and sent != stored:
+                raise kmock.KubernetesError(
+                    status=409, reason="Conflict",
+                    message=f"Operation cannot be fulfilled on {request.resource.plural} "
+                            f"\"{request.name}\": the object has been modified; please apply "
+                            f"your changes to the latest version and try again")
+            body = json.loads(json.dumps(request.data))
+            body.setdefault("metadata", {})["resourceVersion"] = self.next_version()
+            self.objects[key].create(body)  # a new version of the object, whole
+            raw = self.objects[key].raw
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": raw})
+        return raw  # kmock renders a dict as the JSON answer
 
     async def _handle(self, request):
+        if request.action in (kmock.action.CREATE, kmock.action.UPDATE) \
+                and isinstance(request.data, dict):
+            # Each write is a new resourceVersion (a patch's own one is not a precondition here).
+            metadata = request.data.setdefault("metadata", {})
+            if isinstance(metadata, dict):
+                metadata["resourceVersion"] = self.next_version()
         if request.resource is not None and request.resource.plural == "selfsubjectaccessreviews":
             attrs_ = (request.data or {}).get("spec", {}).get("resourceAttributes", {})
             resource = attrs_.get("resource", "")
             if attrs_.get("subresource"):
                 resource += "/" + attrs_["subresource"]
             allowed = (attrs_.get("verb"), resource) not in self.denied
+            names = self.named.get((attrs_.get("verb"), resource))
+            if names is not None and attrs_.get("name") not in names:
+                allowed = False
             return aiohttp.web.json_response({
                 "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                 "status": {"allowed": allowed, "reason": "" if allowed else "RBAC: denied"}})
@@ -214,6 +266,18 @@ class Cluster:
                 obj.patch(changes)
                 return
         raise KeyError(f"no {resource} {namespace}/{name}")
+
+    def replace_lease(self, name: str, spec: dict, namespace: str = NS) -> str:
+        """Another party writes the Lease (a new resourceVersion): stale writers get 409."""
+        key = (LEASES, namespace, name)
+        lease = self.get(LEASES, name, namespace) or {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace}}
+        lease["spec"] = {**lease.get("spec", {}), **spec}
+        version = self.kmock.next_version()
+        lease["metadata"]["resourceVersion"] = version
+        self.kmock.objects[key] = lease
+        return version
 
     def add_node(self, name: str = NODE, cards: int = 8, images: list[str] = ()) -> None:
         self.put("v1/nodes", {

@@ -63,3 +63,45 @@ def test_the_agent_daemonset_sees_the_hosts_processes_and_knows_its_node():
     assert pod["serviceAccountName"] == "rngdctl-agent"
     [env] = pod["containers"][0]["env"]
     assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+
+
+def _daemon_deployment() -> dict[str, dict]:
+    docs = yaml.safe_load_all((DEPLOY / "daemon-deployment.yaml").read_text())
+    return {doc["kind"]: doc for doc in docs}
+
+
+def test_the_daemon_deployment_runs_two_replicas_that_elect_a_leader_on_the_granted_lease():
+    from daemon.home import parse_config
+
+    docs = _daemon_deployment()
+    deployment, config_map = docs["Deployment"], docs["ConfigMap"]
+    config = parse_config(config_map["data"]["config.toml"])
+    assert deployment["spec"]["replicas"] == 2
+    assert config.k8s.leader_election and config.daemon.launcher == "k8s" and config.k8s.agents
+    rbac = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
+    [role] = [d for d in rbac if d["kind"] == "Role" and d["metadata"]["name"] == "rngdctl"]
+    named = [r for r in role["rules"] if r["resources"] == ["leases"] and "resourceNames" in r]
+    assert [r["resourceNames"] for r in named] == [[config.k8s.lease_name]]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == role["metadata"]["name"]
+    assert {d["metadata"]["namespace"] for d in docs.values()} == {config.k8s.namespace} \
+        == {role["metadata"]["namespace"]}
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_the_daemon_replicas_share_one_read_write_once_volume_on_one_node():
+    docs = _daemon_deployment()
+    claim, deployment = docs["PersistentVolumeClaim"], docs["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    [home] = [v for v in pod["volumes"] if v["name"] == "home"]
+    assert home["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    # RWO attaches to one node: both replicas must be scheduled there.
+    [term] = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == deployment["spec"]["template"]["metadata"][
+        "labels"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    command = pod["containers"][0]["command"]
+    assert command[command.index("--home") + 1] == mounts["home"]

@@ -91,3 +91,16 @@ def test_doctor_agent_checks_the_agents_rights_and_names_a_missing_one(cluster, 
 def test_doctor_checks_that_the_daemon_may_list_the_agents_configmaps(cluster, config, proc):
     cluster.kmock.denied.add(("list", "configmaps"))
     assert not _checks(config, proc)["may list configmaps"].ok
+
+
+def test_doctor_checks_the_leader_election_rights_on_the_configured_lease(cluster, config,
+                                                                          proc):
+    # deploy/rbac.yaml grants get/update on the Lease rngdctl-daemon only.
+    cluster.kmock.named[("update", "leases")] = {"rngdctl-daemon"}
+    cluster.kmock.named[("get", "leases")] = {"rngdctl-daemon"}
+    checks = _checks(config, proc)
+    assert checks["may create leases"].ok
+    assert checks["may update leases rngdctl-daemon"].ok
+    config.k8s.lease_name = "team-a-daemon"
+    check = _checks(config, proc)["may update leases team-a-daemon"]
+    assert not check.ok and "resourceNames" in check.fix
