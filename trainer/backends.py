@@ -8,7 +8,9 @@
 - ``furiosa:N`` or ``furiosa:auto``: Furiosa RNGD card N (``/dev/rngd/npuN``) through
   furiosa-torch (trainer/furiosa.py): its 8 PEs fused into one device, the device type the
   package registers (``furiosa`` or ``rngd``). ``auto`` picks a card no other process holds
-  open. The step runs eagerly, op by op (the package's compiled graphs have no autograd).
+  open. The step runs eagerly, op by op (the package's compiled graphs have no autograd); the
+  embedding runs as ``index_select`` (``Backend.embedding``: 2026.4 cannot compile torch's
+  embedding backward).
 - ``cpu-compiled``: a CPU card that runs every graph through ``torch.compile`` (the
   ``aot_eager`` backend: forward and backward graphs captured, static shapes, no code
   generation). It exercises ``trainer compile`` and graph reuse across layers on the host.
@@ -71,6 +73,10 @@ class Backend:
         """The callable the card runs for ``fn`` (compiled where the backend compiles)."""
         return fn
 
+    def embedding(self, embed: torch.nn.Embedding) -> torch.nn.Module:
+        """The embedding as this card runs it: the module itself, unless its ops differ."""
+        return embed
+
 
 class CpuBackend(Backend):
     pass
@@ -119,6 +125,13 @@ class FuriosaBackend(Backend):
         from trainer import furiosa_torch
 
         furiosa_torch.synchronize(self.device)
+
+    def embedding(self, embed: torch.nn.Embedding) -> torch.nn.Module:
+        """``index_select``, whose gradient the package builds (it cannot compile torch's
+        ``embedding_backward``)."""
+        from trainer import furiosa_torch
+
+        return furiosa_torch.IndexSelectEmbedding(embed)
 
 
 def rngd_holders(card: int, proc: str | None = None) -> list:

@@ -233,7 +233,7 @@ class LayerEngine:
         first, head = self.backends[0], self.backends[p.head_card]
         # Pinned host buffers make card <-> host copies run at the link's speed.
         pin = any(b.kind == "cuda" for b in self.backends)
-        self.embed = inner.embed_tokens.to(first.device)
+        self.embed = first.embedding(inner.embed_tokens.to(first.device))
         self.norm = inner.norm.to(head.device)
         self.head = self.model.lm_head.to(head.device)
         # Rotary embeddings hold no parameters: one copy per card.

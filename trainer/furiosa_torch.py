@@ -164,6 +164,28 @@ def synchronize(device: torch.device) -> None:
     # 2026.2 has no synchronize: its copies to the host wait for the card.
 
 
+class IndexSelectEmbedding(torch.nn.Module):
+    """``nn.Embedding`` as the card runs it: the same rows by ``index_select``, the same weight
+    (shared, so masters and the tied head see one parameter). furiosa-torch 2026.4.0 cannot
+    compile torch's ``embedding_backward`` (the op report: it fails to import it into its
+    graph format), while ``index_select`` is one of the ops it differentiates itself, and its
+    build compiles. The padding row gets no gradient, as ``nn.Embedding`` gives it none."""
+
+    def __init__(self, embed: torch.nn.Embedding):
+        super().__init__()
+        if embed.max_norm is not None or embed.scale_grad_by_freq or embed.sparse:
+            raise UsageError("the furiosa backend runs the embedding as index_select, which "
+                             "has no max_norm, scale_grad_by_freq or sparse gradient")
+        self.weight = embed.weight
+        self.padding_idx = embed.padding_idx
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.weight.index_select(0, ids.reshape(-1)).reshape(*ids.shape, -1)
+        if self.padding_idx is None:
+            return rows
+        return torch.where((ids == self.padding_idx).unsqueeze(-1), rows.detach(), rows)
+
+
 def compile_backend():
     """The torch.compile backend: the package's callable, never the string "furiosa"."""
     backend = getattr(load(), "backend", None)

@@ -33,7 +33,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from trainer import data, models
-from trainer.furiosa_torch import one_line
+from trainer.furiosa_torch import IndexSelectEmbedding, one_line
 
 #: Ops that only reshape or view: no kernel, autograd follows the view.
 VIEWS = {"aten::view", "aten::reshape", "aten::t", "aten::transpose.int", "aten::unsqueeze",
@@ -259,10 +259,11 @@ def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True) -> list[
                               attention_mask=torch.ones_like(ids), cache=None,
                               position_ids=pos)
     layer = inner.layers[0]
+    embed = IndexSelectEmbedding(inner.embed_tokens)  # as the card runs it (FuriosaBackend)
 
     def embedding(ids):
         with torch.enable_grad():
-            return inner.embed_tokens(ids)
+            return embed(ids)
 
     def decoder_layer(x):
         with torch.enable_grad():  # the layer's input needs its gradient (the layer below's)
