@@ -155,6 +155,7 @@ def runs(home, as_json, show_all):
         click.echo(f"{r['id']:>4}  {(r['name'] or '–')[:16]:<16} {status:<10} "
                    f"{c['cards']:>5} {c['resident']:>4} {progress:>11}  "
                    f"{str(c['model'])[-16:]:<16} {_ago(r['created'], now)}"
+                   + (f"  on {r['node']}" if r["status"] in ACTIVE and r.get("node") else "")
                    + (f"  {_estimate_text(estimates[r['id']])}" if r["id"] in estimates else ""))
 
 
@@ -271,6 +272,8 @@ def show(home, as_json, run_ref):
     if not live.running:
         click.echo(f"  {live.summary(now)}"
                    + ("" if run["status"] in FINISHED else ": this status is as of then"))
+    if run.get("node") and run["status"] != "queued":
+        click.echo(f"  node: {run['node']}")
     if run.get("exit_reason"):
         click.echo(f"  reason: {run['exit_reason'].splitlines()[0]}")
     if details["after"]:
@@ -300,7 +303,7 @@ def show(home, as_json, run_ref):
             click.echo(f"    {line}")
     click.echo("  config: " + ", ".join(f"{k}={c[k]}" for k in (
         "model", "cards", "resident", "steps", "seq_len", "accum", "lr", "data", "seed",
-        "backend", "baseline") if k in c))
+        "backend", "baseline", "node") if k in c))
     for label, p in details["passes"].items():
         total = f"/{p['steps_total']}" if p["steps_total"] else ""
         iqr = p["iqr_step_s"]

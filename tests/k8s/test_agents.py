@@ -122,3 +122,27 @@ def test_the_head_goes_to_the_node_where_every_gate_passes_with_most_cards(
     spec = cluster.get("batch/v1/jobs", job)["spec"]["template"]["spec"]
     assert spec["nodeSelector"] == {"kubernetes.io/hostname": NODE}
     assert store.run(run_id)["node"] == NODE
+
+
+def test_an_agent_on_a_card_host_publishes_each_cards_readings_and_error_counters(
+        cluster, config, tmp_path, monkeypatch):
+    from smi_fakes import fake_binding, fake_smi
+
+    # A card host: furiosa-smi on the PATH and furiosa_smi_py importable by its python.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_smi(bin_dir)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", str(fake_binding(tmp_path)))
+    client, _ = K8sClient.from_config(config.k8s)
+    try:
+        Agent(client, namespace=NS, node=NODE, tick=5.0,
+              proc=str(_proc(tmp_path / "proc"))).publish(now=T0)
+    finally:
+        client.close()
+    reading = json.loads(cluster.get("v1/configmaps", nodes.configmap_name(NODE))["data"][
+        "reading"])
+    assert reading["cards_note"] is None
+    npu1 = {c["card"]: c for c in reading["cards"]}["npu1"]
+    assert (npu1["temp_c"], npu1["power_w"]) == (41.34, 37.44)
+    assert npu1["errors"]["device"] == 3 and npu1["errors_total"] == 11

@@ -168,3 +168,17 @@ def test_gates_prints_each_nodes_verdict_under_the_table(cluster, config, home, 
     assert verdicts[0].endswith("idle → would launch") and verdicts[1].endswith(
         "idle → would launch")
     assert verdicts[2].startswith(f"{NODE3}: agent on {NODE3} silent since ")
+
+
+def test_runs_and_show_say_which_node_each_active_run_is_on(
+        nodes3, cluster, daemon, store, submit, clock, rngdctl):
+    a, b = submit(cards=2), submit(cards=2)
+    _tick(daemon, clock, [T0 + 21 + i for i in range(4)])
+    code, out, err = rngdctl("runs")
+    assert code == 0, err
+    where = {int(line.split()[0]): line.split("  on ")[1].split()[0]
+             for line in out.splitlines() if "  on rngd-node-" in line}
+    assert where == {a: NODE, b: NODE2}
+    code, out, err = rngdctl("show", str(b))
+    assert code == 0, err
+    assert f"  node: {NODE2}" in out.splitlines()

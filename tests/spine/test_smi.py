@@ -5,17 +5,9 @@ from __future__ import annotations
 import os
 import stat
 
-from daemon.smi import parse_table, read_cards
+from smi_fakes import INFO, fake_binding, fake_smi
 
-INFO = """\
-+------+--------+---------------------+---------+---------+--------------+
-| Arch | Device | Firmware            | Temp.   | Power   | PCI-BDF      |
-+------+--------+---------------------+---------+---------+--------------+
-| rngd | npu0   | 1.7.0, 4dfed1852e7b | 40.98°C | 38.40 W | 0000:03:00.0 |
-+------+--------+---------------------+---------+---------+--------------+
-| rngd | npu1   | 1.7.0, 4dfed1852e7b | 41.34°C | 37.44 W | 0000:04:00.0 |
-+------+--------+---------------------+---------+---------+--------------+
-"""
+from daemon.smi import parse_table, read_cards
 
 
 def test_a_box_table_gives_one_row_per_card_by_header():
@@ -25,10 +17,7 @@ def test_a_box_table_gives_one_row_per_card_by_header():
 
 
 def test_cards_are_read_from_a_real_furiosa_smi_process(tmp_path):
-    smi = tmp_path / "furiosa-smi"
-    smi.write_text("#!/bin/sh\nif [ \"$1\" = info ]; then cat <<'X'\n" + INFO + "X\nfi\n")
-    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
-    cards, note = read_cards(str(smi))
+    cards, note = read_cards(str(fake_smi(tmp_path)))
     assert note is None
     assert [(c["card"], c["temp_c"], c["power_w"]) for c in cards] == [
         ("npu0", 40.98, 38.4), ("npu1", 41.34, 37.44)]
@@ -49,64 +38,13 @@ def test_a_failing_furiosa_smi_is_one_line_of_why(tmp_path):
 
 # === error counters (furiosa_smi_py, in a child process) =====================
 
-FAKE_BINDING = '''
-import time
-
-COUNTS = {"npu0": 0, "npu1": 3}
-
-
-class _Errors:
-    def __init__(self, n):
-        self.n = n
-
-    def __getattr__(self, name):
-        if not name.endswith("_error_count"):
-            raise AttributeError(name)
-        return lambda: self.n if name == "device_error_count" else 1
-
-
-class _Info:
-    def __init__(self, name):
-        self._name = name
-
-    def name(self):
-        return self._name
-
-
-class _Device:
-    def __init__(self, name):
-        self.name = name
-
-    def device_info(self):
-        return _Info(self.name)
-
-    def device_error_info(self):
-        return _Errors(COUNTS[self.name])
-
-
-def init():
-    pass
-
-
-def list_devices():
-    HANG
-    return [_Device(n) for n in COUNTS]
-'''
-
 
 def _binding(tmp_path, hang=False):
-    pkg = tmp_path / "site" / "furiosa_smi_py"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(FAKE_BINDING.replace(
-        "HANG", "time.sleep(60)" if hang else "pass"))
-    return {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    return {**os.environ, "PYTHONPATH": str(fake_binding(tmp_path, hang=hang))}
 
 
 def _smi(tmp_path):
-    smi = tmp_path / "furiosa-smi"
-    smi.write_text("#!/bin/sh\nif [ \"$1\" = info ]; then cat <<'X'\n" + INFO + "X\nfi\n")
-    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
-    return str(smi)
+    return str(fake_smi(tmp_path))
 
 
 def test_each_cards_error_counters_come_from_the_binding_beside_the_cli_readings(tmp_path):
