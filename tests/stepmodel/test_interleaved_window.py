@@ -78,6 +78,34 @@ def test_a_host_that_slows_down_mid_run_hits_both_interleaved_passes_alike(
     assert not busy.host_changed
 
 
+def test_the_step_after_a_switch_between_the_passes_does_not_bias_the_comparison(
+        store, recorded_run):
+    # The first step after the other pass's block runs on caches the other model
+    # filled. In mirrored pairs every baseline block starts with a switch, but
+    # only every other config block does (B A A B: the second A follows an A).
+    from trainer.train import interleaved_order
+
+    def run(switch_cost: float) -> stepmodel.Comparison:
+        baseline = make_pass(cards=2, steps=40, raw=False)
+        main = make_pass(cards=2, resident_per_card=4, steps=40, label="main", raw=False)
+        queues, out, previous = [baseline, main], [[], []], None
+        for which in interleaved_order([40, 40], 5):
+            s = queues[which].pop(0)
+            if previous is not None and previous != which:
+                s = records.Step(**{**s.__dict__, "step_s": s.step_s * switch_cost,
+                                    "phases": {k: v * switch_cost
+                                               for k, v in s.phases.items()}})
+            out[which].append(s)
+            previous = which
+        return stepmodel.for_run(store, recorded_run(*out, main_config={"interleave": 5}))
+
+    calm, switching = run(1.0), run(1.3)
+    # The model's own terms carry the switch steps (they are in the baseline's
+    # median); the measured ratio of config to baseline does not move.
+    assert switching.measured_s / switching.prediction.terms.baseline_median_s == \
+        pytest.approx(calm.measured_s / calm.prediction.terms.baseline_median_s, rel=1e-9)
+
+
 def test_a_run_whose_passes_ran_one_after_the_other_is_compared_over_all_its_steps(
         store, recorded_run):
     baseline = make_pass(cards=2, steps=15, raw=False)
