@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from synthetic_logs import expected_step_s, make_pass
+from synthetic_logs import SPREAD, expected_step_s, make_pass
 
 from daemon import stepmodel
 from trainer import records
@@ -72,9 +72,12 @@ def test_a_host_that_slows_down_mid_run_hits_both_interleaved_passes_alike(
 
     calm, busy = run(1.0), run(2.0)
 
-    # The error a user sees is the one of the same run on a steady host.
-    assert busy.error == pytest.approx(calm.error, abs=1e-9)
-    assert busy.compute_moved == pytest.approx(0.0, abs=1e-9)
+    # The error a user sees is the one of the same run on a steady host, but for
+    # the block pair that straddles the change: its steps can move each pass's
+    # median by a few ranks, that is by no more than the steps' own spread.
+    spread = max(SPREAD) / min(SPREAD) - 1
+    assert abs((1 + busy.error) / (1 + calm.error) - 1) <= spread
+    assert abs(busy.compute_moved - calm.compute_moved) <= spread
     assert not busy.host_changed
 
 
