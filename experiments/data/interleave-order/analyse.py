@@ -13,7 +13,7 @@ import statistics as S
 import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
-from daemon.stepmodel import paired_medians  # noqa: E402
+from daemon.stepmodel import paired_medians
 
 path = sys.argv[1]
 rows = [json.loads(line) for line in (gzip.open if path.endswith(".gz") else open)(path, "rt")]

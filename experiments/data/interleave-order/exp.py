@@ -13,14 +13,19 @@ With CLOCK=cpu every phase and step is timed with the thread's CPU time
     CLOCK=cpu OUT=steps.jsonl python exp.py run 30 tiny-llama 1 0 abab baba abba
     python analyse.py steps.jsonl
 """
-import json, os, statistics, subprocess, sys, time, io
+import io
+import json
+import os
+import subprocess
+import sys
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, REPO)
 
 def child(variant, model, cards, resident, out):
-    from trainer.train import Recipe, TrainConfig
-    from trainer.records import RecordWriter
     import trainer.train as T
+    from trainer.records import RecordWriter
+    from trainer.train import Recipe, TrainConfig
     settle = 60
     if variant.startswith("long"):
         settle = 400
@@ -32,12 +37,13 @@ def child(variant, model, cards, resident, out):
     if variant.startswith("long"):
         # settle for at least 3 s of steps and the rule
         orig = T.settled_by_rule
-        t0 = [None]
+
         def rule(times, *a, **k):
             return sum(times) >= 3.0 and orig(times, *a, **k)
         T.settled_by_rule = rule
     if os.environ.get("CLOCK") == "cpu":
-        import time as _t, types
+        import time as _t
+        import types
         shim = types.SimpleNamespace(**{k: getattr(_t, k) for k in dir(_t) if not k.startswith("__")})
         shim.perf_counter = _t.thread_time
         import trainer.engine as E
@@ -59,7 +65,7 @@ def child(variant, model, cards, resident, out):
     def run_interleaved(passes, block):
         for p in (passes[::-1] if variant.startswith("swapbuild") else passes):
             p.begin()
-        order = []
+
         if kind == "abab":
             seq = lambda i: passes
         elif kind == "baba":
