@@ -22,7 +22,8 @@ API (plain step dicts in, frozen dataclasses out; a step dict is a row of
   the model fitted from its own baseline pass (None when it has no baseline
   pass or no main steps yet). ``terms_for_run(store, run_id)`` gives the terms.
   When the trainer interleaved the passes, only the main steps that ran
-  alongside the baseline's are compared (``paired_window``).
+  alongside the baseline's are compared (``paired_window``), paired with the
+  baseline's block by block (``paired_medians``).
 - ``model_config(store, run_id, cards=, resident=, ...) -> Answer``: a config
   that has not run, from a stored run's all-offload pass (``baseline_of``),
   with its memory check; what ``rngdctl model`` prints.
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -401,6 +403,7 @@ class Comparison:
     measured_phases: dict  # SPLIT -> median seconds
     interleave: int = 0  # block size when the passes alternated; 0: one after the other
     measured_compute_iqr: tuple[float, float] | None = None  # quartiles of the main's fwd_bwd
+    paired: bool = False  # measured paired block by block with the baseline (``paired_medians``)
 
     @property
     def window(self) -> str:
@@ -409,6 +412,8 @@ class Comparison:
                  else f"step {self.first_step}")
         if self.interleave:
             steps += f", interleaved with the baseline in blocks of {self.interleave}"
+        if self.paired:
+            steps += ", paired block by block"
         return steps
 
     @property
@@ -514,7 +519,7 @@ class Comparison:
         return {
             "measured_s": self.measured_s, "iqr_s": list(self.iqr), "steps": self.steps,
             "step_range": [self.first_step, self.last_step], "interleave": self.interleave,
-            "window": self.window,
+            "paired": self.paired, "window": self.window,
             "model_s": self.model_s, "error": self.error,
             "measured_tokens_per_s": self.measured_tokens_per_s,
             "model_tokens_per_s": self.model_tokens_per_s,
@@ -535,12 +540,14 @@ def relative_error(model_s: float | None, measured_s: float | None) -> float | N
 
 
 def compare(prediction: Prediction, measured_steps: Steps, *,
-            last: int | None = None, interleave: int = 0) -> Comparison:
+            last: int | None = None, interleave: int = 0,
+            paired: dict | None = None) -> Comparison:
     """The prediction against the median of the measured steps 6-N (6-``last`` if given).
 
     ``interleave`` says the passes alternated in blocks of that many steps;
     ``paired_window`` gives both for a run. ``last`` needs step dicts: for a
     stored pass, window it with ``stats.pass_stats(store, run, label, last=)``.
+    ``paired`` (``paired_medians``) replaces the measured medians it has.
     """
     if last is not None:
         if isinstance(measured_steps, stats.PassStats):
@@ -550,16 +557,77 @@ def compare(prediction: Prediction, measured_steps: Steps, *,
     measured = _pass(measured_steps)
     if not measured.steady:
         raise ModelFitError("nothing to compare: the run has no steps")
-    median_s = float(measured.median_step_s)
-    phases: dict[str, float] = {p: measured.phase_medians[p] for p in SPLIT[:-1]}
+    paired = paired or {}
+    median_s = float(paired.get("step_s", measured.median_step_s))
+    phases: dict[str, float] = {p: paired.get(p, measured.phase_medians[p]) for p in SPLIT[:-1]}
     phases["unclaimed"] = median_s - sum(phases.values())
+    tokens_per_s = (measured.median_tokens / median_s if measured.median_tokens and median_s > 0
+                    else measured.tokens_per_s)
     return Comparison(
         prediction=prediction, measured_s=median_s, iqr=measured.iqr_step_s,
         steps=measured.steady, first_step=measured.first_step, last_step=measured.last_step,
-        measured_tokens_per_s=measured.tokens_per_s or math.nan,
+        measured_tokens_per_s=tokens_per_s or math.nan,
         measured_phases=phases, interleave=interleave,
-        measured_compute_iqr=measured.fwd_bwd_iqr,
+        measured_compute_iqr=measured.fwd_bwd_iqr, paired="step_s" in paired,
     )
+
+
+def paired_medians(baseline_steps: list[dict], main_steps: list[dict], block: int) -> dict:
+    """The main pass's median step and phases, measured against the baseline block by block.
+
+    For interleaved passes: block k of each pass (its steps kB+1 to kB+B) ran
+    next to the other's block k, on the same host. Each pair's steps, both
+    passes', are divided by the pair's own level (the median of the pair's
+    steps); the main's median over all its divided steps, over the
+    baseline's, is the ratio of the two passes on one host; times the
+    baseline's median over the same steps, it is the main's step (or phase)
+    on the baseline's host. On a steady host that is the main's own median,
+    give or take the noise. When the host slows down (or speeds up) part-way
+    through, the plain medians of the two passes can land on either side of
+    the change (each pass has half its steps on each side, a block more or
+    less); here every pair is measured against its own level, so only the
+    pair that straddles the change is off. Steps 6-N only, as everywhere.
+    A key the pairs cannot give (no pair, or a phase at 0 s in the baseline)
+    is left out, so ``compare`` keeps the plain median for it.
+
+    A block's first step is left out of the pair (blocks of 3 or more): the
+    first step after a switch between the passes runs on caches the other
+    model filled, a few percent slower, and in mirrored pairs every baseline
+    block starts with a switch but only every other main block does.
+    """
+    skip = 1 if block >= 3 else 0
+
+    def by_block(steps: list[dict]) -> dict[int, list[dict]]:
+        out: dict[int, list[dict]] = {}
+        for s in stats.steady(steps):
+            out.setdefault((s["step"] - 1) // block, []).append(s)
+        return out
+
+    def values(steps: list[dict], key: str) -> list[float]:
+        out = []
+        for s in steps:
+            v = s["step_s"] if key == "step_s" else (s.get("phases") or {}).get(key)
+            if v is not None and (s["step"] - 1) % block >= skip:
+                out.append(float(v))
+        return out
+
+    base, main = by_block(baseline_steps), by_block(main_steps)
+    pairs = [k for k in base if k in main]
+    out = {}
+    for key in ("step_s", *SPLIT[:-1]):
+        on_base, on_main = [], []
+        for k in pairs:
+            b, m = values(base[k], key), values(main[k], key)
+            level = statistics.median(b + m) if b and m else 0.0
+            if level > 0:
+                on_base += [v / level for v in b]
+                on_main += [v / level for v in m]
+        whole = [float(s["step_s"] if key == "step_s" else (s.get("phases") or {}).get(key, 0.0))
+                 for k in pairs for s in base[k]]
+        if on_base and statistics.median(on_base) > 0:
+            out[key] = (statistics.median(on_main) / statistics.median(on_base)
+                        * statistics.median(whole))
+    return out
 
 
 def paired_window(main_config: dict | None, baseline_steps: Steps) -> dict:
@@ -770,11 +838,14 @@ def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
     if terms is None:
         return None
     window = paired_window(_pass_config(store, run_id, MAIN), baseline)
-    measured = main
+    measured, paired = main, None
     if window:  # interleaved: the main steps that ran beside the baseline's, read as steps
-        measured = stats.pass_stats(store, run_id, MAIN, last=window["last"])
+        last, block = window["last"], window["interleave"]
+        measured = stats.pass_stats(store, run_id, MAIN, last=last)
+        paired = paired_medians(store.steps_until(run_id, BASELINE, last),
+                                store.steps_until(run_id, MAIN, last), block)
     return compare(predict(terms, Shape.of_step(main.last)), measured,
-                   interleave=window.get("interleave", 0))
+                   interleave=window.get("interleave", 0), paired=paired)
 
 
 @dataclass(frozen=True)

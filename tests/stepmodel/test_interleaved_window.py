@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from synthetic_logs import expected_step_s, make_pass
+from synthetic_logs import SPREAD, expected_step_s, make_pass
 
 from daemon import stepmodel
 from trainer import records
@@ -35,8 +35,78 @@ def test_an_interleaved_run_is_compared_over_the_steps_that_ran_beside_the_basel
     # The same error as if the host had not slowed down after the baseline ended.
     calm = make_pass(cards=2, resident_per_card=4, steps=40, label="main")
     assert c.error == pytest.approx(stepmodel.compare(c.prediction, calm).error)
-    assert c.window == "steps 6-15, interleaved with the baseline in blocks of 5"
+    assert c.window == ("steps 6-15, interleaved with the baseline in blocks of 5, "
+                        "paired block by block")
     assert c.as_dict()["window"] == c.window
+
+
+def interleave(baseline: list, main: list, block: int, slowed_from: int, factor: float):
+    """Both passes' steps as run in ``train.interleaved_order``, every step from run
+    position ``slowed_from`` on ``factor`` times slower (a hog started mid-run)."""
+    from trainer.train import interleaved_order
+
+    queues, out = [list(baseline), list(main)], [[], []]
+    for position, which in enumerate(interleaved_order([len(baseline), len(main)], block)):
+        s = queues[which].pop(0)
+        if position >= slowed_from:
+            s = records.Step(**{**s.__dict__, "step_s": s.step_s * factor,
+                                "phases": {k: v * factor for k, v in s.phases.items()}})
+        out[which].append(s)
+    return out
+
+
+@pytest.mark.parametrize("slowed_from", range(40, 56))
+def test_a_host_that_slows_down_mid_run_hits_both_interleaved_passes_alike(
+        store, recorded_run, slowed_from):
+    # A hog started halfway through the 80 timed steps doubles every later step.
+    # Each pass then has about half its steps 6-40 on either side of the change,
+    # a block more or less, and its plain median can land on either side: the
+    # baseline's on the fast side and the config's on the slow one is a model
+    # error of -50 %. Paired block by block, a pair sits on one side.
+    def run(factor: float) -> stepmodel.Comparison:
+        baseline = make_pass(cards=2, steps=40, raw=False)
+        main = make_pass(cards=2, resident_per_card=4, steps=40, label="main", raw=False)
+        baseline, main = interleave(baseline, main, 5, slowed_from, factor)
+        return stepmodel.for_run(store, recorded_run(baseline, main,
+                                                     main_config={"interleave": 5}))
+
+    calm, busy = run(1.0), run(2.0)
+
+    # The error a user sees is the one of the same run on a steady host, but for
+    # the block pair that straddles the change: its steps can move each pass's
+    # median by a few ranks, that is by no more than the steps' own spread.
+    spread = max(SPREAD) / min(SPREAD) - 1
+    assert abs((1 + busy.error) / (1 + calm.error) - 1) <= spread
+    assert abs(busy.compute_moved - calm.compute_moved) <= spread
+    assert not busy.host_changed
+
+
+def test_the_step_after_a_switch_between_the_passes_does_not_bias_the_comparison(
+        store, recorded_run):
+    # The first step after the other pass's block runs on caches the other model
+    # filled. In mirrored pairs every baseline block starts with a switch, but
+    # only every other config block does (B A A B: the second A follows an A).
+    from trainer.train import interleaved_order
+
+    def run(switch_cost: float) -> stepmodel.Comparison:
+        baseline = make_pass(cards=2, steps=40, raw=False)
+        main = make_pass(cards=2, resident_per_card=4, steps=40, label="main", raw=False)
+        queues, out, previous = [baseline, main], [[], []], None
+        for which in interleaved_order([40, 40], 5):
+            s = queues[which].pop(0)
+            if previous is not None and previous != which:
+                s = records.Step(**{**s.__dict__, "step_s": s.step_s * switch_cost,
+                                    "phases": {k: v * switch_cost
+                                               for k, v in s.phases.items()}})
+            out[which].append(s)
+            previous = which
+        return stepmodel.for_run(store, recorded_run(*out, main_config={"interleave": 5}))
+
+    calm, switching = run(1.0), run(1.3)
+    # The model's own terms carry the switch steps (they are in the baseline's
+    # median); the measured ratio of config to baseline does not move.
+    assert switching.measured_s / switching.prediction.terms.baseline_median_s == \
+        pytest.approx(calm.measured_s / calm.prediction.terms.baseline_median_s, rel=1e-9)
 
 
 def test_a_run_whose_passes_ran_one_after_the_other_is_compared_over_all_its_steps(
