@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from daemon import faults
+from daemon import faults, stats
 from daemon import gates as gates_mod
 from daemon import holders as holders_mod
 from daemon.compaction import Compactor
@@ -28,6 +28,9 @@ from daemon.probes import HostReading, read_host
 from daemon.store import FAILED, FINISHED, Store
 
 log = logging.getLogger("rngdctl.daemon")
+
+#: Finished runs without sealed aggregates that a starting daemon seals, newest first.
+SEAL_AT_START = 50
 
 
 class DaemonLock:
@@ -157,6 +160,15 @@ class Daemon:
                 continue
             if outcome is not None:
                 self._record(run, outcome)
+        for run_id in self.store.unsealed_runs(SEAL_AT_START):  # stores from before version 8
+            self._seal(run_id)
+
+    def _seal(self, run_id: int) -> None:
+        """Store a finished run's aggregates, so reading it later costs one row (issue 12)."""
+        try:
+            stats.seal(self.store, run_id)
+        except Exception:  # readers compute the numbers without it: never fail the daemon
+            log.exception("sealing run %s's aggregates failed", run_id)
 
     def stop(self, reason: str) -> None:
         """Ask the loop to stop after the current tick (safe from a signal handler)."""
@@ -354,6 +366,7 @@ class Daemon:
         assert outcome.status in FINISHED, outcome
         self.store.finish_run(run["id"], outcome.status, reason=outcome.reason,
                               exit_code=outcome.exit_code, now=now)
+        self._seal(run["id"])
         first_line = (outcome.reason or "").splitlines()[0] if outcome.reason else ""
         self.store.add_event(run["id"], "finished",
                              outcome.status + (f": {first_line}" if first_line else ""), now=now)
