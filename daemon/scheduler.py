@@ -92,6 +92,7 @@ class Daemon:
         self.compactor = Compactor(store, full_resolution_days=config.daemon.full_resolution_days,
                                    every=config.daemon.compact_every)
         self._follow_failures: dict[int, int] = {}
+        self._to_seal: list[int] = []  # finished runs left unsealed, sealed one per tick
         #: ``daemon.k8s.leader.LeaderElector`` when replicas take turns; None: the only one.
         self.leader = leader
         self._active = False  # this process leads: holds the home's lock, owns the daemon row
@@ -160,15 +161,20 @@ class Daemon:
                 continue
             if outcome is not None:
                 self._record(run, outcome)
-        for run_id in self.store.unsealed_runs(SEAL_AT_START):  # stores from before version 8
-            self._seal(run_id)
+        # Finished runs a store from before version 9 left unsealed: one per tick, so a
+        # long backlog never delays the first tick's heartbeat.
+        self._to_seal = self.store.unsealed_runs(SEAL_AT_START)
 
     def _seal(self, run_id: int) -> None:
-        """Store a finished run's aggregates, so reading it later costs one row (issue 12)."""
+        """Store a finished run's aggregates, so reading it later costs one row (issue 12).
+
+        Seconds for a run of millions of steps: the heartbeat is written again after it.
+        """
         try:
             stats.seal(self.store, run_id)
         except Exception:  # readers compute the numbers without it: never fail the daemon
             log.exception("sealing run %s's aggregates failed", run_id)
+        self.store.daemon_heartbeat(now=self.clock())
 
     def stop(self, reason: str) -> None:
         """Ask the loop to stop after the current tick (safe from a signal handler)."""
@@ -252,6 +258,8 @@ class Daemon:
                 self._record(run, outcome, now=now)
                 result.finished = (run["id"], outcome.status)
         self._record_estimates(now)
+        if self._to_seal:
+            self._seal(self._to_seal.pop(0))
         self._schedule(host, held.rows, now, result)
         return result
 

@@ -258,6 +258,9 @@ def test_a_starting_daemon_seals_finished_runs_a_store_left_unsealed(home, store
     d = Daemon(home, store, home.config(), ScriptedLauncher(),
                probe=lambda: HostReading(0.0, (1.0, 1.0, 1.0), (), True))
     d.start()
-    d.close()
+    try:
+        d.tick(now=10.0)  # one run sealed per tick, after the first heartbeat
+    finally:
+        d.close()
     assert store.unsealed_runs(10) == []
     assert store.sealed_aggregates(run)["pass:main"]["steps"] == 10
