@@ -1,7 +1,7 @@
 """TUI frame time with a 100,000-step run: each refresh must render in at most 50 ms.
 
     .venv/bin/python bench/tui_frame_time.py [--steps 100000] [--frames 30]
-        [--plots plotext,textual-plot]
+        [--plots plotext,textual-plot] [--profile 40]
 
 Builds a home whose running run has a 10-step baseline and STEPS main steps
 (plus gate checks, an hour of host samples and a device holder), opens the
@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import io
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -88,7 +90,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def measure(home: Home, run_id: int, steps: int, frames: int, now: float,
-                  plot: str = "plotext") -> dict:
+                  plot: str = "plotext", profile=None) -> dict:
     from rngdctl.tui.app import RngdApp
     from rngdctl.tui.widgets import series_plot
 
@@ -118,6 +120,8 @@ async def measure(home: Home, run_id: int, steps: int, frames: int, now: float,
             snapshot = source.build()
             data_ms.append((time.perf_counter() - t) * 1000)
 
+            if profile is not None:
+                profile.enable()
             t, c = time.perf_counter(), time.thread_time()
             app.show_snapshot(RngdApp.Refreshed(snapshot))
             app.screen._refresh_layout(app.size)
@@ -126,6 +130,8 @@ async def measure(home: Home, run_id: int, steps: int, frames: int, now: float,
             console.print(app.screen._compositor.render_update(full=True))
             frame_ms.append((time.perf_counter() - t) * 1000)
             frame_cpu_ms.append((time.thread_time() - c) * 1000)
+            if profile is not None:
+                profile.disable()
             await pilot.pause()
         frame = app.frame_text()
     current = snapshot.current
@@ -144,6 +150,9 @@ def main() -> int:
     parser.add_argument("--plots", default="plotext",
                         help="plot widgets to measure, in turn on the same store: plotext "
                              "(textual-plotext, the app's), textual-plot")
+    parser.add_argument("--profile", type=int, metavar="N", default=0,
+                        help="cProfile the UI thread's frames (timed too, so slower) and "
+                             "print the N functions with the most cumulative time per widget")
     args = parser.parse_args()
     now = 1_790_000_000.0
     ok = True
@@ -153,10 +162,16 @@ def main() -> int:
         build_s = time.perf_counter() - t
         print(f"store with {args.steps:,} steps built in {build_s:.1f} s")
         for i, plot in enumerate(args.plots.split(",")):
+            profile = cProfile.Profile() if args.profile else None
             r = asyncio.run(measure(home, run_id, args.steps + i * args.frames, args.frames,
-                                    now, plot))
+                                    now, plot, profile))
             print(f"--- plot widget: {plot}")
             ok &= report(r, args)
+            if profile is not None:
+                out = io.StringIO()
+                pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(
+                    args.profile)
+                print(out.getvalue())
     return 0 if ok else 1
 
 

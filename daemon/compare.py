@@ -71,29 +71,39 @@ class Diff:
         }
 
 
-def _side(run: dict, steps: list[dict]) -> tuple[Side, stats.RunSummary]:
-    summary = stats.summarize(steps, run["config"].get("steps"))
+def _side(run: dict, p: stats.PassStats) -> Side:
+    summary = p.summary(run["config"].get("steps"))
     return Side(run["id"], run.get("name"), run["status"], summary.steps_done,
                 summary.steps_total, summary.median_step_s, summary.tokens_per_s,
-                summary.last_loss), summary
+                summary.last_loss)
+
+
+def _loss_at(store, run_id: int, step: int | None) -> float | None:
+    row = store.step_at(run_id, MAIN, step) if step is not None else None
+    return row["loss"] if row else None
 
 
 def diff_runs(store, a_ref, b_ref) -> Diff:
-    """Run B against run A (deltas are B - A), over their main passes."""
-    run_a, run_b = store.run(a_ref), store.run(b_ref)
-    steps_a, steps_b = store.steps(run_a["id"], MAIN), store.steps(run_b["id"], MAIN)
-    side_a, _ = _side(run_a, steps_a)
-    side_b, _ = _side(run_b, steps_b)
+    """Run B against run A (deltas are B - A), over their main passes.
 
-    common = min(steps_a[-1]["step"], steps_b[-1]["step"]) if steps_a and steps_b else None
-    at_a = next((s["loss"] for s in steps_a if s["step"] == common), None)
-    at_b = next((s["loss"] for s in steps_b if s["step"] == common), None)
+    From the passes' aggregates (``stats.pass_stats``, ``stats.loss_table_of``):
+    two runs of 1,000,000 steps are not read step by step.
+    """
+    run_a, run_b = store.run(a_ref), store.run(b_ref)
+    pa, pb = stats.pass_stats(store, run_a["id"], MAIN), stats.pass_stats(store, run_b["id"], MAIN)
+    side_a, side_b = _side(run_a, pa), _side(run_b, pb)
+    last_a = pa.step_span[1] if pa.step_span else None
+    last_b = pb.step_span[1] if pb.step_span else None
+
+    common = min(last_a, last_b) if last_a is not None and last_b is not None else None
+    at_a, at_b = _loss_at(store, run_a["id"], common), _loss_at(store, run_b["id"], common)
 
     # One set of ranges for both tables, so their rows line up.
-    total = max([s["step"] for s in steps_a[-1:] + steps_b[-1:]], default=0)
+    total = max([x for x in (last_a, last_b) if x is not None], default=0)
     rows = []
     if total:
-        for ra, rb in zip(stats.loss_table(steps_a, total), stats.loss_table(steps_b, total)):
+        for ra, rb in zip(stats.loss_table_of(store, run_a["id"], MAIN, total),
+                          stats.loss_table_of(store, run_b["id"], MAIN, total)):
             if ra.steps or rb.steps:
                 rows.append(LossRow(ra.first, ra.last, ra.mean_loss, rb.mean_loss,
                                     _delta(ra.mean_loss, rb.mean_loss)[0], ra.steps, rb.steps))

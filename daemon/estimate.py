@@ -46,7 +46,7 @@ def overhead_s(store) -> tuple[float, str]:
     for run in store.runs([DONE], limit=OVERHEAD_RUNS):
         if run.get("started") is None or run.get("ended") is None:
             continue
-        stepped = store.stepped_seconds(run["id"])
+        stepped = stats.step_seconds(store, run["id"])  # sealed once the run is done
         extra.append(max(0.0, run["ended"] - run["started"] - stepped))
     if not extra:
         return 0.0, "no start-up measured yet (no done run)"

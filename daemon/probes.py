@@ -93,27 +93,36 @@ def _process_start(proc: str, pid: str) -> float | None:
         return None
 
 
-def _fd_targets(proc: str, pid: str) -> list[str] | None:
-    """Where each of the process's fds points; None when /proc would not say (PermissionError
-    propagates: another user's process, unreadable without root).
+def _fd_targets(proc_fd: int, pid: str) -> tuple[list[str], list[str]] | None:
+    """The process's fd names and where each points; None when /proc would not say
+    (PermissionError propagates: another user's process, unreadable without root).
 
-    One open of ``fd/`` and a readlink per fd relative to it (``dir_fd``): the
-    kernel walks ``/proc/<pid>/fd`` once per process, not once per fd.
+    One open of ``<pid>/fd`` relative to the open proc root, and a readlink per
+    fd relative to that (``dir_fd``): no path is walked from ``/`` again, per
+    process or per fd. The readlinks run in one comprehension; only when an fd
+    closed in between is each one tried on its own.
     """
     try:
-        dfd = os.open(f"{proc}/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY)
+        dfd = os.open(f"{pid}/fd", os.O_RDONLY | os.O_DIRECTORY, dir_fd=proc_fd)
     except PermissionError:
         raise
     except OSError:
         return None  # the process ended while we looked
+    readlink = os.readlink
     try:
-        targets = []
-        for name in os.listdir(dfd):
+        names = os.listdir(dfd)
+        try:
+            return names, [readlink(name, dir_fd=dfd) for name in names]
+        except OSError:
+            pass
+        kept, targets = [], []
+        for name in names:
             try:
-                targets.append((name, os.readlink(name, dir_fd=dfd)))
+                targets.append(readlink(name, dir_fd=dfd))
             except OSError:
                 continue
-        return targets
+            kept.append(name)
+        return kept, targets
     finally:
         os.close(dfd)
 
@@ -136,26 +145,36 @@ def device_holders(globs=DEVICE_GLOBS, proc: str = "/proc") -> tuple[list[Holder
     """
     rdevs = set(device_files(globs).values())
     prefixes = _prefixes(globs)
+    # Whether a process may hold one at all is one search of its targets joined
+    # by NULs (which no path holds): most hold none, and cost no per-fd Python.
+    marks = tuple("\0" + p for p in prefixes) + (("\0/dev/",) if rdevs else ())
     holders: list[Holder] = []
     unreadable = 0
-    for pid in os.listdir(proc):
-        if not pid.isdigit():
-            continue
-        try:
-            targets = _fd_targets(proc, pid)
-        except PermissionError:
-            unreadable += 1
-            continue
-        if not targets:
-            continue
-        files = [target for fd, target in targets
-                 if target.startswith(prefixes)
-                 or (rdevs and target.startswith("/dev/")
-                     and _device_number(proc, pid, fd) in rdevs)]
-        if files:
-            holder = _holder(proc, pid, files)
-            if holder is not None:
-                holders.append(holder)
+    proc_fd = os.open(proc, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for pid in os.listdir(proc_fd):
+            if not pid.isdigit():
+                continue
+            try:
+                read = _fd_targets(proc_fd, pid)
+            except PermissionError:
+                unreadable += 1
+                continue
+            if not read or not read[1]:
+                continue
+            joined = "\0" + "\0".join(read[1])
+            if not any(mark in joined for mark in marks):
+                continue
+            files = [target for fd, target in zip(*read)
+                     if target.startswith(prefixes)
+                     or (rdevs and target.startswith("/dev/")
+                         and _device_number(proc, pid, fd) in rdevs)]
+            if files:
+                holder = _holder(proc, pid, files)
+                if holder is not None:
+                    holders.append(holder)
+    finally:
+        os.close(proc_fd)
     return holders, unreadable
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from daemon import faults
+from daemon import faults, stats
 from daemon import gates as gates_mod
 from daemon import holders as holders_mod
 from daemon.compaction import Compactor
@@ -28,6 +28,9 @@ from daemon.probes import HostReading, read_host
 from daemon.store import FAILED, FINISHED, Store
 
 log = logging.getLogger("rngdctl.daemon")
+
+#: Finished runs without sealed aggregates that a starting daemon seals, newest first.
+SEAL_AT_START = 50
 
 
 class DaemonLock:
@@ -89,6 +92,7 @@ class Daemon:
         self.compactor = Compactor(store, full_resolution_days=config.daemon.full_resolution_days,
                                    every=config.daemon.compact_every)
         self._follow_failures: dict[int, int] = {}
+        self._to_seal: list[int] = []  # finished runs left unsealed, sealed one per tick
         #: ``daemon.k8s.leader.LeaderElector`` when replicas take turns; None: the only one.
         self.leader = leader
         self._active = False  # this process leads: holds the home's lock, owns the daemon row
@@ -157,6 +161,20 @@ class Daemon:
                 continue
             if outcome is not None:
                 self._record(run, outcome)
+        # Finished runs a store from before version 9 left unsealed: one per tick, so a
+        # long backlog never delays the first tick's heartbeat.
+        self._to_seal = self.store.unsealed_runs(SEAL_AT_START)
+
+    def _seal(self, run_id: int) -> None:
+        """Store a finished run's aggregates, so reading it later costs one row (issue 12).
+
+        Seconds for a run of millions of steps: the heartbeat is written again after it.
+        """
+        try:
+            stats.seal(self.store, run_id)
+        except Exception:  # readers compute the numbers without it: never fail the daemon
+            log.exception("sealing run %s's aggregates failed", run_id)
+        self.store.daemon_heartbeat(now=self.clock())
 
     def stop(self, reason: str) -> None:
         """Ask the loop to stop after the current tick (safe from a signal handler)."""
@@ -240,6 +258,8 @@ class Daemon:
                 self._record(run, outcome, now=now)
                 result.finished = (run["id"], outcome.status)
         self._record_estimates(now)
+        if self._to_seal:
+            self._seal(self._to_seal.pop(0))
         self._schedule(host, held.rows, now, result)
         return result
 
@@ -354,6 +374,7 @@ class Daemon:
         assert outcome.status in FINISHED, outcome
         self.store.finish_run(run["id"], outcome.status, reason=outcome.reason,
                               exit_code=outcome.exit_code, now=now)
+        self._seal(run["id"])
         first_line = (outcome.reason or "").splitlines()[0] if outcome.reason else ""
         self.store.add_event(run["id"], "finished",
                              outcome.status + (f": {first_line}" if first_line else ""), now=now)

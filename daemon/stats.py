@@ -10,7 +10,7 @@ import bisect
 import math
 import statistics
 from array import array
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from trainer import records
 
@@ -299,6 +299,8 @@ class PassStats:
     last: dict | None  # the newest step, as Store.steps gives it
     #: (column, offset, count, absent_as) -> sorted values: for fit's tokens
     _sorted: object = field(default=None, compare=False, repr=False)
+    #: steady steps with 0 tokens, where known (sealed): none, and fit's tokens need no walk
+    _tokens_absent: int | None = field(default=None, compare=False, repr=False)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -309,6 +311,8 @@ class PassStats:
 
     def median_tokens_or(self, default: float) -> float:
         """The median of the steady steps' tokens, a 0-token step counted as ``default``."""
+        if self._tokens_absent == 0 and self.median_tokens is not None:
+            return float(self.median_tokens)  # no 0-token step: the plain median
         return float(median_of_sorted(
             self.steady, lambda o, c: self._sorted("tokens", o, c, float(default))))
 
@@ -321,6 +325,25 @@ class PassStats:
         if not self.steps:
             return Drift(None, None, None, None)
         return Drift(self.early_median_s, self.median_step_s, self.slowest_s, self.slowest_step)
+
+    #: Fields a sealed row does not keep: the newest step is one row to read.
+    _NOT_SEALED = ("last", "_sorted", "_tokens_absent")
+    _TUPLES = ("iqr_step_s", "fwd_bwd_iqr", "nonfinite_kinds", "step_span")
+
+    def sealed(self, tokens_absent: int) -> dict:
+        """What ``seal`` stores (a JSON object); ``tokens_absent``: steady 0-token steps."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in self._NOT_SEALED}
+        return {**out, "tokens_absent": tokens_absent}
+
+    @classmethod
+    def from_sealed(cls, value: dict, *, last: dict | None = None, at=None) -> PassStats:
+        """The PassStats ``sealed`` gave; ``last`` and ``at`` as ``pass_stats`` reads them."""
+        kw = {k: v for k, v in value.items() if k != "tokens_absent"}
+        for name in cls._TUPLES:
+            if kw[name] is not None:
+                kw[name] = tuple(kw[name])
+        return cls(**kw, last=last, _sorted=at, _tokens_absent=value["tokens_absent"])
 
     @classmethod
     def of_steps(cls, steps: list[dict]) -> PassStats:
@@ -371,9 +394,27 @@ class PassStats:
 def pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> PassStats:
     """A pass's numbers from the store's aggregates, at the same cost for any length.
 
+    A finished run's come from its sealed row (``seal``), one read; a running
+    run's from order statistics off the indexes (``live_pass_stats``).
     ``last``: only steps 6-``last`` (``stepmodel.compare``'s window for
     interleaved passes, as long as the baseline pass): those steps are read.
     """
+    if last is None:
+        sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
+        if sealed is not None:
+            return PassStats.from_sealed(sealed, last=store.last_step(run_id, label),
+                                         at=_sorted_reader(store, run_id, label))
+    return live_pass_stats(store, run_id, label, last=last)
+
+
+def _sorted_reader(store, run_id: int, label: str):
+    def at(column, offset, count, absent_as=None):
+        return store.steady_sorted(run_id, label, column, offset, count, absent_as=absent_as)
+    return at
+
+
+def live_pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> PassStats:
+    """``pass_stats`` computed now from the indexes, whatever is sealed."""
     if last is not None:
         window = store.steps_until(run_id, label, last)
         if store.pass_counts(run_id, label)[1]:  # steps 6-N exist: the window is 6-last
@@ -383,8 +424,7 @@ def pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> Pa
     if not n_steady:  # nothing past warm-up: a handful of steps, read them
         return PassStats.of_steps(store.steps(run_id, label))
 
-    def at(column, offset, count, absent_as=None):
-        return store.steady_sorted(run_id, label, column, offset, count, absent_as=absent_as)
+    at = _sorted_reader(store, run_id, label)
 
     def med(column, absent_as=None):
         return median_of_sorted(n_steady, lambda o, c: at(column, o, c, absent_as))
@@ -416,6 +456,10 @@ def pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> Pa
 def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float | None]:
     """(median step seconds, tokens per second) over steps 6-N of a stored pass, from its
     aggregates: what ``SteadyMedians`` gives, without reading the steps."""
+    sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
+    if sealed is not None:
+        p = PassStats.from_sealed(sealed)
+        return p.median_step_s, p.tokens_per_s
     n_steady = store.pass_counts(run_id, label)[1]
     if not n_steady:
         p = PassStats.of_steps(store.steps(run_id, label))
@@ -428,7 +472,16 @@ def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float 
 
 
 def loss_table_of(store, run_id: int, label: str, total_steps: int) -> list[LossRow]:
-    """``loss_table`` of a stored pass from range sums and order statistics."""
+    """``loss_table`` of a stored pass: sealed (``seal``), else from range sums and order
+    statistics."""
+    sealed = store.sealed_aggregates(run_id).get(f"loss_table:{label}:{total_steps}")
+    if sealed is not None:
+        return [LossRow(**row) for row in sealed]
+    return live_loss_table(store, run_id, label, total_steps)
+
+
+def live_loss_table(store, run_id: int, label: str, total_steps: int) -> list[LossRow]:
+    """``loss_table_of`` computed now from the indexes."""
     rows = []
     for first, last in loss_ranges(total_steps):
         n, finite, total = store.range_totals(run_id, label, first, last)
@@ -441,3 +494,38 @@ def loss_table_of(store, run_id: int, label: str, total_steps: int) -> list[Loss
         rows.append(LossRow(first, last, n, total / finite if finite else None, median,
                             n - finite))
     return rows
+
+
+# === Sealed: a finished run's numbers, computed once =========================
+# A run that has ended does not change, so its numbers are computed when it
+# ends and stored (daemon/store.py "sealed aggregates"): afterwards show, the
+# note, model and the TUI read one row whatever the run's length. A step
+# stored later makes the row stale, and the readers above compute again.
+
+
+def seal(store, run_id: int) -> None:
+    """Compute and store the run's sealed aggregates (the daemon, when a run ends)."""
+    steps = store.run_step_total(run_id)
+    values: dict = {}
+    for label in store.step_counts(run_id):
+        if not store.pass_counts(run_id, label)[1]:
+            continue  # no steps 6-N: a handful of steps, read as they are
+        p = live_pass_stats(store, run_id, label)
+        values[f"pass:{label}"] = p.sealed(store.steady_absent(run_id, label, "tokens"))
+        if label == records.MAIN and p.step_span:
+            total = p.step_span[1]  # the note's table: ranges up to the last step
+            values[f"loss_table:{label}:{total}"] = [
+                asdict(r) for r in live_loss_table(store, run_id, label, total)]
+    from daemon.series import pass_plots  # series imports this module
+
+    for label in store.step_counts(run_id):  # the TUI's plots of each pass
+        values[f"plots:{label}"] = pass_plots(store, run_id, label).state()
+    values["step_seconds"] = store.stepped_seconds(run_id)
+    store.seal_aggregates(run_id, values, steps=steps)
+
+
+def step_seconds(store, run_id: int) -> float:
+    """The sum of step_s over every stored step of the run (sealed, else read)."""
+    sealed = store.sealed_aggregates(run_id).get("step_seconds")
+    return sealed if sealed is not None else store.stepped_seconds(run_id)
+

@@ -20,7 +20,7 @@ from typing import Any, Self
 from daemon.errors import NoSuchRun, StoreError, StoreVersionError
 from trainer import records
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: Run states. A run moves queued -> launching -> running -> one of FINISHED.
 QUEUED, LAUNCHING, RUNNING = "queued", "launching", "running"
@@ -249,7 +249,25 @@ _V8 = [
     )""",
 ]
 
-MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8}
+# Version 9 (issue 12): a finished run's numbers, sealed when it ends. Order
+# statistics off an index still walk half of it (LIMIT/OFFSET), so a
+# 1,000,000-step pass costs seconds of C; a run that has ended does not change,
+# so the daemon computes its aggregates once (daemon/stats.py ``seal``) and
+# every reader after it reads one row. ``steps``: the run's stored steps when
+# sealed; a step stored since makes the row stale (``sealed_aggregates`` skips
+# it). The samples of a run by run, for its load range and export.
+_V9 = [
+    """CREATE TABLE sealed_aggregates (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        name TEXT NOT NULL,
+        steps INTEGER NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (run_id, name)
+    )""",
+    "CREATE INDEX samples_run ON samples(run_id, time)",
+]
+
+MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9}
 
 _INSERT_STEP = (
     "INSERT INTO steps (run_id, config_label, step, loss, loss_flag, step_s, tokens,"
@@ -1231,3 +1249,63 @@ class Store:
             " MAX(CASE WHEN n THEN load1_max ELSE load1 END) FROM samples WHERE run_id = ?",
             (run_id,)).fetchone()
         return None if low is None else (low, high)
+
+    # === bulk loading (issue 12) =============================================
+
+    @contextmanager
+    def bulk_load(self, cache_mb: int = 512):
+        """A page cache of ``cache_mb`` while millions of steps are added (bench/scale.py):
+        every index of the steps stays in memory, so a step costs no page reads. The
+        connection's default after."""
+        before = self.conn.execute("PRAGMA cache_size").fetchone()[0]
+        self.conn.execute(f"PRAGMA cache_size = {-int(cache_mb) * 1024}")
+        try:
+            yield self
+        finally:
+            self.conn.execute(f"PRAGMA cache_size = {int(before)}")
+
+    # === sealed aggregates (issue 12) ========================================
+    # A finished run's numbers, computed once (daemon/stats.py ``seal``) and read
+    # back as one row each: JSON values, NaN and infinities kept.
+
+    def run_step_total(self, run_id: int) -> int:
+        """Steps stored for the run over all its passes (kept at ingest)."""
+        return self.conn.execute("SELECT COALESCE(SUM(steps), 0) FROM pass_totals"
+                                 " WHERE run_id = ?", (run_id,)).fetchone()[0]
+
+    def seal_aggregates(self, run_id: int, values: dict[str, Any], *, steps: int) -> None:
+        """Replace the run's sealed aggregates with ``values`` (name -> JSON value), computed
+        over ``steps`` stored steps (``run_step_total`` read before computing them)."""
+        with self._transaction():
+            self.conn.execute("DELETE FROM sealed_aggregates WHERE run_id = ?", (run_id,))
+            self.conn.executemany(
+                "INSERT INTO sealed_aggregates (run_id, name, steps, value) VALUES (?,?,?,?)",
+                [(run_id, name, steps, json.dumps(value))
+                 for name, value in values.items()])
+
+    def sealed_aggregates(self, run_id: int) -> dict[str, Any]:
+        """Name -> value of the run's sealed aggregates; {} when none, or when a step was
+        stored after they were computed."""
+        rows = self.conn.execute(
+            "SELECT name, value FROM sealed_aggregates WHERE run_id = ? AND steps ="
+            " (SELECT COALESCE(SUM(steps), 0) FROM pass_totals WHERE run_id = ?)",
+            (run_id, run_id)).fetchall()
+        return {name: json.loads(value) for name, value in rows}
+
+    def unsealed_runs(self, limit: int) -> list[int]:
+        """Finished runs with steps whose sealed aggregates are missing or stale, newest
+        first (what a daemon seals at start: stores from before version 9)."""
+        placeholders = ",".join("?" * len(FINISHED))
+        return [r[0] for r in self.conn.execute(
+            f"SELECT r.id FROM runs r WHERE r.status IN ({placeholders}) AND EXISTS"
+            " (SELECT 1 FROM pass_totals t WHERE t.run_id = r.id AND t.steps > 0)"
+            " AND NOT EXISTS (SELECT 1 FROM sealed_aggregates a WHERE a.run_id = r.id AND"
+            " a.steps = (SELECT SUM(steps) FROM pass_totals WHERE run_id = r.id))"
+            " ORDER BY r.id DESC LIMIT ?", (*FINISHED, limit))]
+
+    def step_at(self, run_id: int, config_label: str, step: int) -> dict | None:
+        """One step of a pass, decoded (as ``steps`` gives it), or None."""
+        rows = self._rows(f"SELECT {_STEP_ROW} FROM steps WHERE run_id = ? AND config_label = ?"
+                          " AND step = ?", [run_id, config_label, step])
+        return rows[0] if rows else None
+

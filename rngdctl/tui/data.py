@@ -20,6 +20,7 @@ from daemon import holders as holders_mod
 from daemon import liveness, stats, stepmodel
 from daemon.errors import RngdctlError
 from daemon.gates import NODES, node_verdicts
+from daemon.series import SERIES_CHUNK
 from daemon.store import ACTIVE, FINISHED, QUEUED, Store
 from rngdctl.tui.notices import NOTIFY, Notice, notice_of
 from rngdctl.tui.series import PLOT_BUCKETS, LossCurve, PassSeries, Series
@@ -33,8 +34,6 @@ EVENTS_LIMIT = 8
 COMPARE_EVERY_S = 10.0
 #: Daemon-level events shown in the TUI (`rngdctl events` has them all).
 DAEMON_EVENTS = 3
-#: Steps read per query when a pass is first read (the rest follow in further chunks).
-SERIES_CHUNK = 20_000
 #: Seconds between two estimates of the queue's starts and ends while the queue stays
 #: the same (a change in the queue or the active run estimates again at once).
 ESTIMATE_EVERY_S = 10.0
@@ -410,13 +409,25 @@ class ViewSource:
     # --- runs -----------------------------------------------------------------
 
     def _pass_series(self, run_id: int, label: str) -> PassSeries:
-        series = self._series.setdefault((run_id, label), PassSeries(self.buckets))
-        while True:  # in chunks: a long run's first read stays small in memory
-            rows = self.store.step_series(run_id, label, after_step=series.last,
-                                          limit=SERIES_CHUNK)
-            series.extend(rows)
-            if len(rows) < SERIES_CHUNK:
-                return series
+        series = self._series.get((run_id, label))
+        if series is None:
+            series = self._series[(run_id, label)] = self._first_read(run_id, label)
+        # In chunks: a long run's first read stays small in memory.
+        if series.read(self.store, run_id, label) and series.sealed_medians is not None:
+            # A step stored after the seal: read the pass as a running one's.
+            series = self._series[(run_id, label)] = PassSeries(self.buckets)
+            series.read(self.store, run_id, label)
+        return series
+
+    def _first_read(self, run_id: int, label: str) -> PassSeries:
+        """A sealed run's plots and medians from its sealed row (``stats.seal``: one row for
+        a finished run of any length), else an empty series."""
+        series = PassSeries(self.buckets)
+        plots = self.store.sealed_aggregates(run_id).get(f"plots:{label}")
+        if plots is not None and plots["loss"]["limit"] == self.buckets:
+            series.restore(plots)
+            series.sealed_medians = stats.steady_medians(self.store, run_id, label)
+        return series
 
     def _current_run(self) -> dict | None:
         if self.run_ref is not None:

@@ -7,6 +7,7 @@ over the decoded steps, on random runs (seeded) with ties, gaps, repeats,
 non-finite losses, missing and negative phases and 0-token steps.
 """
 
+import dataclasses
 import math
 import random
 import sqlite3
@@ -191,3 +192,65 @@ def test_a_store_from_before_the_aggregates_is_backfilled_from_its_json(tmp_path
         got = of_aggregates(stats.pass_stats(s, 1, records.MAIN))
         want = reference(s.steps(1, records.MAIN))
         assert same(got, want)
+
+
+# === Sealed: a finished run's numbers, stored once ===========================
+
+
+def numbers(p: stats.PassStats) -> dict:
+    return {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.compare}
+
+
+def statements_reading(store: Store):
+    """The SQL the store runs from now on (sqlite3's own trace hook on the connection)."""
+    seen: list[str] = []
+    store.conn.set_trace_callback(seen.append)
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_sealed_runs_numbers_are_the_full_computations(store, seed):
+    rng = random.Random(200 + seed)
+    run = store.add_run({"cards": 1})
+    fill(store, rng, run, records.MAIN, rng.choice([6, 7, 90, 400, 2500]))
+    fill(store, rng, run, records.BASELINE, rng.choice([3, 40]))
+    stats.seal(store, run)
+    for label in (records.MAIN, records.BASELINE):
+        steps = store.steps(run, label)
+        got, want = of_aggregates(stats.pass_stats(store, run, label)), reference(steps)
+        assert same(got, want), {k: (got[k], want[k]) for k in got if not same(got[k], want[k])}
+        assert same(numbers(stats.pass_stats(store, run, label)),
+                    numbers(stats.live_pass_stats(store, run, label)))
+        running = stats.SteadyMedians()
+        running.add([(s["step"], s["step_s"], s["tokens"]) for s in steps])
+        assert same(stats.steady_medians(store, run, label), running.medians())
+    last = store.steps(run)[-1]["step"]
+    assert stats.loss_table_of(store, run, records.MAIN, last) == \
+        stats.live_loss_table(store, run, records.MAIN, last)
+    assert stats.step_seconds(store, run) == store.stepped_seconds(run)
+
+
+def test_reading_a_sealed_run_walks_no_index_of_its_steps(store):
+    rng = random.Random(5)
+    run = store.add_run({"cards": 1})
+    fill(store, rng, run, records.MAIN, 3000)
+    last = store.steps(run)[-1]["step"]
+    stats.seal(store, run)
+    seen = statements_reading(store)
+    stats.pass_stats(store, run, records.MAIN)
+    stats.loss_table_of(store, run, records.MAIN, last)
+    stats.steady_medians(store, run, records.MAIN)
+    walks = [s for s in seen if "OFFSET" in s or "SUM(loss)" in s]
+    assert not walks and seen, seen
+
+
+def test_a_step_stored_after_sealing_is_counted(store):
+    rng = random.Random(6)
+    run = store.add_run({"cards": 1})
+    fill(store, rng, run, records.MAIN, 400)
+    stats.seal(store, run)
+    store.add_steps(run, [records.Step(records.MAIN, 10_000, 1.0, 99.0, 128, 1e-3,
+                                       {p: 1.0 for p in records.PHASES}, time=1.0)])
+    got = stats.pass_stats(store, run, records.MAIN)
+    assert (got.steps, got.slowest_s, got.slowest_step) == (401, 99.0, 10_000)
+    assert same(numbers(got), numbers(stats.live_pass_stats(store, run, records.MAIN)))

@@ -6,6 +6,7 @@ from daemon.launchers.base import REQUEUE, Outcome
 from daemon.probes import HostReading
 from daemon.scheduler import Daemon
 from daemon.store import RUNNING
+from trainer import records
 
 CONFIG = {"cards": 1, "resident": 0, "steps": 5}
 
@@ -235,3 +236,31 @@ def test_a_restart_whose_recovery_raises_starts_and_the_run_is_failed_after_k_ti
         d.close()
     assert store.run(run)["status"] == "failed"
     assert "surrogates not allowed" in store.run(run)["exit_reason"]
+
+
+def test_a_run_that_ends_is_sealed_so_its_numbers_are_read_in_one_row(daemon, store):
+    run = store.add_run(CONFIG)
+    daemon.tick(now=1.0)
+    store.add_steps(run, [records.Step("main", k, 2.0, 0.1 * k, 64, 1e-3, time=float(k))
+                          for k in range(1, 11)])
+    daemon.launcher.outcomes[run] = Outcome("done")
+    daemon.tick(now=2.0)
+    sealed = store.sealed_aggregates(run)["pass:main"]
+    assert (sealed["steps"], sealed["median_step_s"]) == (10, 0.1 * 8)
+
+
+def test_a_starting_daemon_seals_finished_runs_a_store_left_unsealed(home, store):
+    run = store.add_run(CONFIG)
+    store.add_steps(run, [records.Step("main", k, 2.0, 0.1, 64, 1e-3, time=float(k))
+                          for k in range(1, 11)])
+    store.finish_run(run, "done", now=5.0)
+    assert store.unsealed_runs(10) == [run]
+    d = Daemon(home, store, home.config(), ScriptedLauncher(),
+               probe=lambda: HostReading(0.0, (1.0, 1.0, 1.0), (), True))
+    d.start()
+    try:
+        d.tick(now=10.0)  # one run sealed per tick, after the first heartbeat
+    finally:
+        d.close()
+    assert store.unsealed_runs(10) == []
+    assert store.sealed_aggregates(run)["pass:main"]["steps"] == 10

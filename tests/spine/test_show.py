@@ -61,3 +61,24 @@ def test_show_of_a_waiting_run_says_what_blocks_it_and_for_how_long(home, store,
     _, text, _ = rngdctl("show", str(run))
     assert ("blocked 14 m: device_idle: pid 4121 python bench.py (kim) holds "
             "/dev/rngd/npu0pe0-3") in text
+
+
+def test_show_and_the_note_say_the_same_of_a_sealed_run_as_of_its_steps(store, rngdctl,
+                                                                        tmp_path):
+    from daemon import stats
+
+    run = store.add_run({"cards": 1, "resident": 2, "steps": 40, "model": "tiny-llama"})
+    Ingest(store).feed(run, passes(n=40))
+    store.finish_run(run, "done", now=100.0)
+    before = [rngdctl("show", str(run), "--json")[1], rngdctl("show", str(run))[1]]
+    rngdctl("export", str(run), "--out", str(tmp_path / "read"))
+    stats.seal(store, run)
+    assert store.sealed_aggregates(run)  # the readers below take the sealed row
+    after = [rngdctl("show", str(run), "--json")[1], rngdctl("show", str(run))[1]]
+    rngdctl("export", str(run), "--out", str(tmp_path / "sealed"))
+    assert json.loads(after[0])["passes"] == json.loads(before[0])["passes"]
+    assert json.loads(after[0])["model"] == json.loads(before[0])["model"]
+    assert after[1] == before[1]
+    notes = [min((tmp_path / d).glob("*.md")).read_text() for d in ("read", "sealed")]
+    assert notes[0] == notes[1]
+

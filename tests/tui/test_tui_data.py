@@ -87,3 +87,32 @@ def test_an_interleaved_running_run_refits_the_model_as_its_baseline_grows(store
     add("baseline", range(6, 11), 2.0)  # the host got slower: the baseline's median moves
     add("main", range(6, 11), 2.0)
     assert source.build().current.model_s != first
+
+
+def test_a_sealed_runs_view_is_the_view_read_step_by_step(store, ids):
+    from trainer import records
+
+    # r200 as if it had ended: its steps read one by one, then from its sealed row.
+    store.finish_run(ids["r200"], "done", now=NOW)
+    read = ViewSource(store, home="h", clock=lambda: NOW, run_ref=ids["r200"]).build().current
+    stats.seal(store, ids["r200"])
+    source = ViewSource(store, home="h", clock=lambda: NOW, run_ref=ids["r200"])
+    sealed = source.build().current
+    assert sealed == read
+    assert sealed.loss.points == 130 and len(sealed.loss.x) == 130
+    # The plots and medians came from the sealed row, not from reading the steps.
+    assert source._series[(ids["r200"], records.MAIN)].sealed_medians is not None
+
+
+def test_a_step_stored_after_the_seal_is_plotted_and_in_the_medians(store, ids):
+    from trainer import records
+
+    run = ids["r60"]
+    stats.seal(store, run)
+    source = ViewSource(store, home="h", clock=lambda: NOW, run_ref=run)
+    assert source.build().current.step == 60
+    store.add_steps(run, [records.Step("main", 61, 1.0, 50.0, 128, 1e-5, time=NOW)])
+    view = source.build().current
+    assert (view.step, view.loss.points) == (61, 61)
+    steps = store.steps(run)
+    assert view.median_s == stats.median_step_s(steps)
