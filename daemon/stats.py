@@ -337,9 +337,17 @@ class PassStats:
         return {**out, "tokens_absent": tokens_absent}
 
     @classmethod
-    def from_sealed(cls, value: dict, *, last: dict | None = None, at=None) -> PassStats:
-        """The PassStats ``sealed`` gave; ``last`` and ``at`` as ``pass_stats`` reads them."""
+    def from_sealed(cls, value: dict, *, last: dict | None = None,
+                    at=None) -> PassStats | None:
+        """The PassStats ``sealed`` gave; ``last`` and ``at`` as ``pass_stats`` reads them.
+
+        None when the row's fields are not this version's (sealed by an older rngdctl):
+        the caller computes the numbers instead.
+        """
         kw = {k: v for k, v in value.items() if k != "tokens_absent"}
+        if set(kw) | set(cls._NOT_SEALED) != {f.name for f in fields(cls)} \
+                or "tokens_absent" not in value:
+            return None
         for name in cls._TUPLES:
             if kw[name] is not None:
                 kw[name] = tuple(kw[name])
@@ -401,9 +409,10 @@ def pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> Pa
     """
     if last is None:
         sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
-        if sealed is not None:
-            return PassStats.from_sealed(sealed, last=store.last_step(run_id, label),
-                                         at=_sorted_reader(store, run_id, label))
+        p = None if sealed is None else PassStats.from_sealed(
+            sealed, last=store.last_step(run_id, label), at=_sorted_reader(store, run_id, label))
+        if p is not None:
+            return p
     return live_pass_stats(store, run_id, label, last=last)
 
 
@@ -457,8 +466,8 @@ def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float 
     """(median step seconds, tokens per second) over steps 6-N of a stored pass, from its
     aggregates: what ``SteadyMedians`` gives, without reading the steps."""
     sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
-    if sealed is not None:
-        p = PassStats.from_sealed(sealed)
+    p = None if sealed is None else PassStats.from_sealed(sealed)
+    if p is not None:
         return p.median_step_s, p.tokens_per_s
     n_steady = store.pass_counts(run_id, label)[1]
     if not n_steady:
@@ -475,9 +484,10 @@ def loss_table_of(store, run_id: int, label: str, total_steps: int) -> list[Loss
     """``loss_table`` of a stored pass: sealed (``seal``), else from range sums and order
     statistics."""
     sealed = store.sealed_aggregates(run_id).get(f"loss_table:{label}:{total_steps}")
-    if sealed is not None:
+    names = {f.name for f in fields(LossRow)}
+    if sealed is not None and all(set(row) == names for row in sealed):
         return [LossRow(**row) for row in sealed]
-    return live_loss_table(store, run_id, label, total_steps)
+    return live_loss_table(store, run_id, label, total_steps)  # or sealed by an older rngdctl
 
 
 def live_loss_table(store, run_id: int, label: str, total_steps: int) -> list[LossRow]:

@@ -424,9 +424,12 @@ class ViewSource:
         a finished run of any length), else an empty series."""
         series = PassSeries(self.buckets)
         plots = self.store.sealed_aggregates(run_id).get(f"plots:{label}")
-        if plots is not None and plots["loss"]["limit"] == self.buckets:
-            series.restore(plots)
-            series.sealed_medians = stats.steady_medians(self.store, run_id, label)
+        try:
+            if plots is not None and plots["loss"]["limit"] == self.buckets:
+                series.restore(plots)
+                series.sealed_medians = stats.steady_medians(self.store, run_id, label)
+        except (KeyError, TypeError, ValueError):  # sealed by an older rngdctl: read the steps
+            series = PassSeries(self.buckets)
         return series
 
     def _current_run(self) -> dict | None:

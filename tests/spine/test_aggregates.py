@@ -254,3 +254,21 @@ def test_a_step_stored_after_sealing_is_counted(store):
     got = stats.pass_stats(store, run, records.MAIN)
     assert (got.steps, got.slowest_s, got.slowest_step) == (401, 99.0, 10_000)
     assert same(numbers(got), numbers(stats.live_pass_stats(store, run, records.MAIN)))
+
+
+def test_a_row_sealed_by_an_older_rngdctl_is_computed_again_not_misread(store):
+    rng = random.Random(8)
+    run = store.add_run({"cards": 1})
+    fill(store, rng, run, records.MAIN, 300)
+    stats.seal(store, run)
+    old = {name: value for name, value in store.sealed_aggregates(run).items()}
+    old["pass:main"] = {k: v for k, v in old["pass:main"].items() if k != "early_median_s"}
+    for name in old:
+        if name.startswith("loss_table:"):
+            old[name] = [{**row, "retired_field": 1} for row in old[name]]
+    store.seal_aggregates(run, old, steps=store.run_step_total(run))
+    want = reference(store.steps(run))
+    assert same(of_aggregates(stats.pass_stats(store, run, records.MAIN)), want)
+    last = store.steps(run)[-1]["step"]
+    assert stats.loss_table_of(store, run, records.MAIN, last) == \
+        stats.live_loss_table(store, run, records.MAIN, last)
