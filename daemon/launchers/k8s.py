@@ -73,6 +73,9 @@ class K8sLauncher:
         self._node: str | None = self.k8s.node
         self._daemon = False  # startup() ran: we may create pre-pull pods
         self._run_id: int | None = None  # the run the current API calls are for
+        # The nodes as the agents' gate check last listed them: a launch right after
+        # it reads the node's card resource here instead of one more API call.
+        self._listed: dict[str, dict] = {}
 
     # === plumbing ============================================================
 
@@ -780,10 +783,11 @@ class K8sLauncher:
         return name
 
     def _card_resource(self, node_name: str) -> str:
-        """``[k8s] card_resource``, else the one the node advertises (1 API call)."""
+        """``[k8s] card_resource``, else the one the node advertises (1 API call, none
+        when the gate check with agents just listed the node)."""
         if self.k8s.card_resource:
             return self.k8s.card_resource
-        node = self.client.read_node(node_name) or {}
+        node = self._listed.get(node_name) or self.client.read_node(node_name) or {}
         return cluster.card_resource(node) or jobspec.RESOURCE
 
     @staticmethod
@@ -861,8 +865,10 @@ class K8sLauncher:
 
     def node_states(self) -> list[nodes.NodeState]:
         """Every node with cards, its agent's reading and cards free: 3 list calls."""
-        return nodes.node_states(self.client.list_nodes(), self.client.list_live_pods(),
-                                 self.client.list_configmaps(self.ns, nodes.AGENT_LABELS))
+        states = nodes.node_states(self.client.list_nodes(), self.client.list_live_pods(),
+                                   self.client.list_configmaps(self.ns, nodes.AGENT_LABELS))
+        self._listed = {state.name: state.node for state in states}
+        return states
 
     def node_verdicts(self, run: dict) -> list[tuple[nodes.NodeState, list]]:
         """Each node's gates for ``run`` (agent, load, holders, cards, our runs there)."""

@@ -182,3 +182,18 @@ def test_runs_and_show_say_which_node_each_active_run_is_on(
     code, out, err = rngdctl("show", str(b))
     assert code == 0, err
     assert f"  node: {NODE2}" in out.splitlines()
+
+
+def test_a_launch_after_the_agents_gate_check_reads_no_node_again(
+        nodes3, cluster, daemon, store, submit, clock, launcher):
+    run_id = submit(cards=2)
+    _tick(daemon, clock, [T0 + 21])
+    before = launcher.client.calls.copy()
+    [result] = _tick(daemon, clock, [T0 + 22])
+    assert result.launched == run_id
+    calls = launcher.client.calls - before
+    # The gate check's 3 lists, then the Job: its card resource comes from the node listed.
+    assert calls == {"list_nodes": 1, "list_live_pods": 1, "list_configmaps": 1,
+                     "create_job": 1}
+    assert cluster.get("batch/v1/jobs", store.run(run_id)["job_name"])["spec"]["template"][
+        "spec"]["containers"][0]["resources"]["limits"] == {"furiosa.ai/rngd": "2"}

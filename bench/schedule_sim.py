@@ -1,0 +1,256 @@
+"""The scheduling simulation: the real daemon core against an emulated cluster of N nodes.
+
+The real scheduler (``Daemon.tick``), the real k8s launcher with ``[k8s]
+agents`` and leader election, and the official client over HTTP to kmock's
+emulator (tests/k8s/k8s_emulator.py): N nodes of 8 RNGD cards that list the
+image, each with a live agent ConfigMap (its heartbeat refreshed every tick,
+as a DaemonSet's agent would), and R queued runs. The emulator plays the Job
+controller and the kubelet: a created Job gets a pod that has already
+succeeded with a start, 3 steps and an end record, so each run is launched,
+followed, ingested and finished, and the queue drains. Simulated time moves on
+by the tick (5 s) per tick; nothing sleeps.
+
+    .venv/bin/python bench/schedule_sim.py --nodes 50 --runs 500 --ticks 300
+    .venv/bin/python bench/schedule_sim.py --nodes 5 --runs 500 --ticks 300
+
+Measured per tick:
+- API calls: the HTTP requests the daemon made (the client's own counter,
+  retries included), split by what the tick did: gating only, launching,
+  following; and per operation.
+- tick CPU: the daemon thread's CPU time (``time.thread_time``) for one
+  ``tick``; the emulator's server runs in another thread and is not counted.
+- gates pass -> Job created: wall time from the tick's gate verdict that lets
+  the head launch to ``launch`` returning (the Job created and recorded); the
+  run's wait of ``[gates] consecutive`` (2) ticks before that verdict is by
+  design and reported beside it.
+
+    .venv/bin/python bench/schedule_sim.py --nodes 50 --runs 500 --ticks 150 --run-ticks 40
+
+(``--run-ticks N``: the runs' pods stay Running and all end every N ticks, so
+many runs are followed at once; ``--pin``: ``[k8s] node`` set, for a
+launcher that needs it; ``--no-leader``: without leader election.)
+
+Targets (issue 13): at most 5 API calls per tick whatever the node count,
+counted for scheduling (the cluster's reading, the Lease, the launch; after
+the start-up tick); following each running run costs its own calls on top,
+reported beside. Tick CPU at most 50 ms at 50 nodes (p95). Exit 1 when a
+target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "k8s")]
+
+from k8s_emulator import NS, Cluster
+from k8s_support import Clock, end_line, start_line, step_line
+
+from daemon import nodes
+from daemon.home import Home
+from daemon.ingest import Ingest
+from daemon.k8s.leader import LeaderElector
+from daemon.launchers.k8s import K8sLauncher
+from daemon.probes import HostReading
+from daemon.runspec import validate
+from daemon.scheduler import Daemon
+
+IMAGE = "registry.example/furiosa-llm:2026.1"
+TICK = 5.0
+CALLS_TARGET = 5
+CPU_TARGET_MS = 50.0
+#: Calls that follow one running run each (its Job, its pods, its new log lines).
+FOLLOW_OPS = frozenset({"read_job", "list_pods", "pod_log", "delete_job", "delete_pod"})
+IDLE = HostReading(time=0, load=(1.0, 1.0, 1.0), holders=(), complete=True)
+
+
+class TimedDaemon(Daemon):
+    """The real scheduler; notes when a gate verdict lets the head launch."""
+
+    passed_at: float | None = None
+
+    def _gate(self, head, host, rows, now):
+        verdict = super()._gate(head, host, rows, now)
+        passed = verdict[0] if isinstance(verdict, tuple) else verdict
+        self.passed_at = time.perf_counter() if passed else None
+        return verdict
+
+
+class TimedLauncher(K8sLauncher):
+    """The real k8s launcher; notes the gates-pass -> Job-created time of each launch."""
+
+    daemon: TimedDaemon | None = None
+    waits: list
+
+    def launch(self, run: dict) -> None:
+        super().launch(run)
+        if self.daemon is not None and self.daemon.passed_at is not None:
+            self.waits.append(time.perf_counter() - self.daemon.passed_at)
+
+
+def agent_configmap(node: str, now: float) -> dict:
+    reading = {"v": 1, "time": now, "load": [1.0, 1.0, 1.0], "complete": True,
+               "unreadable": 0, "visibility": "every process is visible", "holders": [],
+               "cards": [], "cards_note": None, "idle_since": {}}
+    return nodes.agent_configmap(node, NS, reading, heartbeat=now, tick=TICK)
+
+
+def simulate(n_nodes: int, n_runs: int, ticks: int, *, pin: bool, leader: bool,
+             run_ticks: int = 0) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="rngd-schedsim-"))
+    cluster = Cluster(tmp)
+    clock = Clock()
+    names = [f"rngd-node-{i}" for i in range(1, n_nodes + 1)]
+    for name in names:
+        cluster.add_node(name, cards=8, images=[IMAGE])
+        cluster.put("v1/configmaps", agent_configmap(name, clock.now))
+    cluster.kmock.autopilot = [start_line(0), *(step_line(i) for i in (1, 2, 3)), end_line()]
+    # run_ticks: the pods stay Running, and every run_ticks ticks all of them end at once.
+    cluster.kmock.autopilot_hold = run_ticks > 0
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    (tmp / "proc").mkdir()
+    home = Home(tmp / "home").ensure()
+    store = home.store()
+    config = home.config()
+    config.k8s.namespace, config.k8s.image, config.k8s.agents = NS, IMAGE, True
+    config.k8s.node = names[0] if pin else None
+    config.daemon.tick = TICK
+    launcher = TimedLauncher(home=home, store=store, config=config, ingest=Ingest(store),
+                             proc=str(tmp / "proc"), clock=clock)
+    launcher.waits = []
+    mono = Clock(1000.0)
+    elector = LeaderElector(launcher.client, namespace=NS, name="rngdctl-daemon",
+                            identity="sim/1", clock=mono, wall=clock) if leader else None
+    daemon = TimedDaemon(home, store, config, launcher, probe=lambda: IDLE, clock=clock,
+                         leader=elector)
+    launcher.daemon = daemon
+    for i in range(n_runs):
+        store.add_run(validate({"cards": 2, "resident": 2, "steps": 3}), name=f"sim-{i}")
+    daemon.start()
+
+    rows = []  # (kind, calls, cpu_s, per-op counter, wall_s, runs active)
+    for i in range(ticks):
+        if run_ticks and i % run_ticks == run_ticks - 1:
+            cluster.call(cluster.kmock.release())
+            cluster.kmock.autopilot_hold = True
+        for name in names:  # the agents publish (not the daemon's calls)
+            cm = cluster.kmock.objects["v1/configmaps", NS, nodes.configmap_name(name)]
+            cm.patch({"data": {"heartbeat": repr(clock.now)}})
+        before = collections.Counter(launcher.client.calls)
+        cpu, wall = time.thread_time(), time.perf_counter()
+        result = daemon.tick(now=clock.now)
+        cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+        ops = launcher.client.calls - before
+        kind = ("start-up" if not rows else
+                "launching" if result.launched is not None else
+                "following" if store.active_runs() or result.finished else "gating")
+        rows.append((kind, sum(ops.values()), cpu, ops, wall, len(store.active_runs())))
+        clock.now += TICK
+        mono.now += TICK
+        if not store.queue() and not store.active_runs():
+            break
+    done = len(store.runs(["done"]))
+    daemon.stop("simulation over")
+    daemon.close()
+    store.close()
+    cluster.close()
+    return {"nodes": n_nodes, "runs": n_runs, "ticks": len(rows), "done": done, "rows": rows,
+            "waits": launcher.waits, "pinned": names[0] if pin else None,
+            "run_ticks": run_ticks}
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def report(sim: dict) -> bool:
+    rows = sim["rows"]
+    print(f"\n== {sim['nodes']} nodes, {sim['runs']} queued runs: {sim['ticks']} ticks "
+          f"({sim['ticks'] * TICK:.0f} s simulated), {sim['done']} runs done"
+          + (f"; [k8s] node = {sim['pinned']}" if sim["pinned"] else "")
+          + (f"; each run's pod runs until the next {sim['run_ticks']}-tick release"
+             if sim["run_ticks"] else "; each run's pod has ended when it is first read")
+          + f"; runs active at once: at most {max(r[5] for r in rows)}")
+    print(f"{'tick kind':<10} {'ticks':>5}  {'API calls min/median/max':>24}  "
+          f"{'CPU ms median/p95/max':>22}  {'wall ms median':>14}  "
+          f"calls per tick by operation (mean)")
+    for kind in ("start-up", "gating", "launching", "following"):
+        these = [r for r in rows if r[0] == kind]
+        if not these:
+            continue
+        calls = [r[1] for r in these]
+        ms = [r[2] * 1000 for r in these]
+        wall = statistics.median(r[4] * 1000 for r in these)
+        ops = collections.Counter()
+        for r in these:
+            ops.update(r[3])
+        per_op = ", ".join(f"{op} {n / len(these):.2g}" for op, n in sorted(ops.items()))
+        print(f"{kind:<10} {len(these):>5}  {min(calls):>8} / {statistics.median(calls):>5g} / "
+              f"{max(calls):>4}  {statistics.median(ms):>8.1f} / {pct(ms, 0.95):>5.1f} / "
+              f"{max(ms):>5.1f}  {wall:>14.1f}  {per_op}")
+    waits = [w * 1000 for w in sim["waits"]]
+    if waits:
+        print(f"gates pass -> Job created: median {statistics.median(waits):.1f} ms, p95 "
+              f"{pct(waits, 0.95):.1f} ms, max {max(waits):.1f} ms over {len(waits)} launches "
+              f"(after the {2} ticks in a row the gates must pass: {TICK:g} s by design)")
+    ticks = rows[1:]  # the first tick also starts the launcher up (list Jobs, pre-pull pods)
+    scheduling = [sum(n for op, n in r[3].items() if op not in FOLLOW_OPS) for r in ticks]
+    following = [sum(n for op, n in r[3].items() if op in FOLLOW_OPS) for r in ticks]
+    worst_calls = max(scheduling)
+    print(f"scheduling calls per tick (the cluster's reading, the Lease, the launch; after "
+          f"the start-up tick): max {worst_calls}, median {statistics.median(scheduling):g}; "
+          f"following the runs (3 calls per run each tick): max {max(following)} calls in a "
+          f"tick, with up to {max(r[5] for r in rows)} runs active")
+    cpu_p95 = pct([r[2] * 1000 for r in ticks], 0.95)
+    calls_ok = worst_calls <= CALLS_TARGET
+    cpu_ok = cpu_p95 <= CPU_TARGET_MS or sim["nodes"] < 50
+    print(f"target <= {CALLS_TARGET} scheduling API calls per tick: "
+          f"{'met' if calls_ok else 'NOT met'} (worst tick {worst_calls}); target tick CPU <= {CPU_TARGET_MS:g} ms at 50 nodes: "
+          + (f"{'met' if cpu_ok else 'NOT met'} (p95 {cpu_p95:.1f} ms)" if sim["nodes"] >= 50
+             else f"n/a below 50 nodes (p95 {cpu_p95:.1f} ms)"))
+    return calls_ok and cpu_ok
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[5, 50])
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--ticks", type=int, default=300, help="at most this many ticks")
+    parser.add_argument("--pin", action="store_true",
+                        help="set [k8s] node to the first node (a launcher that needs it)")
+    parser.add_argument("--no-leader", action="store_true", help="without leader election")
+    parser.add_argument("--run-ticks", type=int, default=0,
+                        help="hold the runs' pods Running; end them all every N ticks")
+    args = parser.parse_args(argv)
+    print(f"CPU: {cpu_name()} x {os.cpu_count()}; load average at start "
+          f"{os.getloadavg()[0]:.1f}")
+    ok = True
+    for n in args.nodes:
+        ok &= report(simulate(n, args.runs, args.ticks, pin=args.pin,
+                              leader=not args.no_leader, run_ticks=args.run_ticks))
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
