@@ -198,3 +198,17 @@ def test_beside_a_standby_the_leader_in_another_pod_reads_as_alive(home, store):
     store.set_replica("rngdctl-daemon-7f-aaaaa/1", role="leader",
                       leader="rngdctl-daemon-7f-aaaaa/1", pid=1, now=now)
     assert liveness.for_home(home, store, now).state == liveness.ALIVE
+
+
+def test_a_leader_whose_renewals_fail_leads_until_the_renew_deadline_then_stops(
+        replica, cluster, store):
+    a = replica("a")
+    assert not a.tick(T0).standby
+    cluster.fail("PUT", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{LEASE}",
+                 times=100, payload=500)
+    a.clock.now += 5
+    assert not a.tick(T0 + 5).standby  # its renewal fails; 5 s is within the 10 s deadline
+    a.clock.now += 6
+    assert a.tick(T0 + 11).standby  # 11 s since its last write: it must not act any more
+    assert a.daemon.stop_reason.startswith(f"lost the Lease {NS}/{LEASE}: cannot write the "
+                                           f"Lease {NS}/{LEASE}: replace_lease: no answer")
