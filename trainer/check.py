@@ -129,6 +129,9 @@ def run_op_report(model_name: str, seq_len: int, no_card: str | None, as_json: b
 
     unprobed = ops.why_not_probed() if probe else None
     probe = probe and unprobed is None
+    if probe:  # the package's gradient build of one linear ran minutes here (performance.md)
+        print("op report: compiling every op of the step for a card, which takes minutes to "
+              "hours (--trace-only: seconds)", file=sys.stderr, flush=True)
     graphs = ops.step_graphs(model_name, seq_len, probe=probe)
     failing = [r for g in graphs for r in g.failing()]
     if as_json:

@@ -208,7 +208,21 @@ def describe_op_failure(exc: BaseException) -> str | None:
             return f"{PACKAGE} {version()} cannot differentiate an op of the training step: {text}"
         if "PrivateUse1" in text or device_type_or_none() in text:
             return f"{PACKAGE} {version()} cannot run an op of the training step: {text}"
+    if isinstance(exc, (ValueError, RuntimeError, TypeError)) and _raised_in_package(exc):
+        # e.g. its gradient build of softmax(x, dim, dtype): torch.export refuses the dtype
+        return f"{PACKAGE} {version()} failed on an op of the training step: {one_line(exc)}"
     return None
+
+
+def _raised_in_package(exc: BaseException) -> bool:
+    """Whether the failure passed through furiosa-torch's own Python code (its eager or
+    autograd dispatch), not only the trainer's or torch's."""
+    import traceback
+
+    ft = sys.modules.get("furiosa.torch")
+    root = os.path.dirname(getattr(ft, "__file__", None) or "\0")
+    return any(frame.filename.startswith(root + os.sep)
+               for frame in traceback.extract_tb(exc.__traceback__))
 
 
 _FAILED_OP = re.compile(r"call_function\[target=(torch\.ops\.aten\.[\w.]+)\]")

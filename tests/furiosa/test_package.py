@@ -102,3 +102,21 @@ def test_the_cards_embedding_is_index_select_with_nn_embeddings_rows_and_gradien
         torch.testing.assert_close(grad, ref_grad, rtol=0, atol=3 * float(seed.abs().max()) * eps)
         if padding_idx is not None:
             assert not grad[padding_idx].any()  # nn.Embedding's padding row learns nothing
+
+
+def test_a_failure_inside_the_packages_gradient_build_is_one_line_too():
+    # The package's autograd dispatcher exports softmax with the arguments it was called
+    # with; transformers' eager attention passes dtype, which torch.export refuses. This is
+    # the build it runs (its own module for softmax), here on CPU tensors as it does.
+    from furiosa.torch._custom_ops.autograd_ops import REGISTRATIONS
+    from furiosa.torch._module.dfg import DfgModule
+
+    op = torch.ops.aten.softmax.int
+    args = (torch.zeros(1, 4, 8, 8), -1, torch.float32)
+    with pytest.raises(ValueError) as caught:
+        DfgModule.from_module(REGISTRATIONS[op](args, {}), args=args)
+    line = furiosa_torch.describe_op_failure(caught.value)
+    assert line.startswith("furiosa-torch 2026.4.0 failed on an op of the training step: "
+                           "ValueError: Unsupported input type <class 'torch.dtype'>")
+    assert "\n" not in line
+    assert furiosa_torch.describe_op_failure(ValueError("the trainer's own")) is None
