@@ -47,6 +47,7 @@ class DaemonConfig:
     full_resolution_days: float = 30.0  # samples and gate checks older than this are folded
     compact_every: float = 3600.0  # seconds between two compactions of the store
     follow_failures: int = 5  # a run whose follow fails this many ticks in a row is failed
+    max_attempts: int = 3  # tries of a run before a transient failure fails it (daemon/retry.py)
 
 
 @dataclass
@@ -61,7 +62,7 @@ class K8sConfig:
     default_deadline: int = 7200
     cpu: str | None = None
     memory: str | None = None
-    max_attempts: int = 3
+    max_attempts: int | None = None  # None: [daemon] max_attempts (this key is older)
     precompile: bool = False
     requeue_on_eviction: bool = True
     env: dict = field(default_factory=dict)
@@ -86,13 +87,24 @@ class K8sConfig:
 
 
 @dataclass
+class NotifyConfig:
+    command: str | list | None = None  # the default notifier (daemon/notify.py); no shell
+    timeout: float = 10.0  # seconds a notifier may run; then it is killed (notify_failed)
+    blocked_minutes: float = 10.0  # "gates cleared" only after blocked longer than this
+    on: list[str] = field(default_factory=lambda: ["start", "finish", "failure",
+                                                   "gates_cleared"])
+
+
+@dataclass
 class Config:
     gates: GateConfig = field(default_factory=GateConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     k8s: K8sConfig = field(default_factory=K8sConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
 
-_SECTIONS = {"gates": GateConfig, "daemon": DaemonConfig, "k8s": K8sConfig}
+_SECTIONS = {"gates": GateConfig, "daemon": DaemonConfig, "k8s": K8sConfig,
+             "notify": NotifyConfig}
 
 
 def _check_type(section: str, name: str, value, default):
@@ -138,7 +150,30 @@ def parse_config(text: str) -> Config:
     if config.daemon.launcher not in ("local", "k8s"):
         raise ConfigError(f"config.toml: [daemon] launcher must be local or k8s, "
                           f"got {config.daemon.launcher!r}")
+    for section, value in (("daemon", config.daemon.max_attempts),
+                           ("k8s", config.k8s.max_attempts)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 1):
+            raise ConfigError(f"config.toml: [{section}] max_attempts must be an integer >= 1, "
+                              f"got {value!r}")
+    _check_notify(config.notify)
     return config
+
+
+def _check_notify(notify: NotifyConfig) -> None:
+    from daemon.errors import BadInput
+    from daemon.notify import MOMENTS, parse_command
+
+    try:
+        parse_command(notify.command, where="config.toml: [notify] command")
+    except BadInput as exc:
+        raise ConfigError(str(exc)) from None
+    if not notify.timeout > 0 or not notify.blocked_minutes >= 0:
+        raise ConfigError("config.toml: [notify] timeout must be > 0 and blocked_minutes >= 0")
+    unknown = [m for m in notify.on if m not in MOMENTS]
+    if unknown or not all(isinstance(m, str) for m in notify.on):
+        raise ConfigError(f"config.toml: [notify] on takes {', '.join(MOMENTS)}; "
+                          f"got {notify.on!r}")
 
 
 DEFAULT_CONFIG_TEXT = """\
@@ -154,8 +189,14 @@ launcher = "local"      # local | k8s
 tick = 5.0              # seconds between ticks
 cancel_grace = 10.0     # seconds between SIGTERM and SIGKILL on cancel
 follow_failures = 5     # a run whose follow/ingest fails this many ticks in a row fails
+max_attempts = 3        # tries of a run before a transient failure fails it (see docs)
 full_resolution_days = 30.0  # older samples fold to one row a minute, gate checks to runs
 compact_every = 3600.0  # seconds between two compactions (a bounded batch each)
+
+[notify]
+# command = "notify-send rngdctl 'run {id} {name}: {status}'"  # no shell; see README
+timeout = 10.0          # seconds a notifier may run before it is killed
+blocked_minutes = 10.0  # "gates cleared" only after the head was blocked longer than this
 
 [k8s]
 namespace = "default"
@@ -163,7 +204,6 @@ image = "furiosa-llm:latest"
 pull_policy = "IfNotPresent"
 ttl_seconds = 3600
 default_deadline = 7200
-max_attempts = 3
 """
 
 

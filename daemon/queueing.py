@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 
 from daemon.errors import BadInput
+from daemon.notify import parse_command
 from daemon.runspec import apply_settings, config_diff
-from daemon.store import DONE, FINISHED, QUEUED
+from daemon.store import CANCELLED, DONE, FAILED, FINISHED, OOM, QUEUED, TIMEOUT
 
 
 def resolve_after(store, ref) -> int | None:
@@ -25,10 +26,16 @@ def resolve_after(store, ref) -> int | None:
     return dep["id"]
 
 
-def queue_run(store, config: dict, *, after=None, priority: int | None = None) -> int:
-    """Queue a validated config, waiting for ``after`` (id or name) and at ``priority``."""
+def queue_run(store, config: dict, *, after=None, priority: int | None = None,
+              notify: str | None = None) -> int:
+    """Queue a validated config, waiting for ``after`` (id or name) and at ``priority``.
+
+    ``notify``: the run's notifier command (checked here; '' turns the default off).
+    """
+    if notify is not None:
+        parse_command(notify)
     return store.add_run(config, name=config.get("name"), after=resolve_after(store, after),
-                         priority=priority or 0)
+                         priority=priority or 0, notify=notify)
 
 
 def waiting_for(store, run: dict) -> dict | None:
@@ -72,16 +79,81 @@ def edit_run(store, ref, settings: list[str]) -> tuple[dict, dict]:
 def clone_run(store, ref, settings: list[str]) -> tuple[int, dict]:
     """Queue a copy of any run's config, with changes; returns (new run id, changes).
 
-    The copy keeps the priority; it waits for nothing (--after is not copied).
+    The copy keeps the priority and the notifier; it waits for nothing (--after is
+    not copied).
     """
     run = store.run(ref)
     config = apply_settings(run["config"], settings)
     changes = config_diff(run["config"], config)
-    new_id = store.add_run(config, name=config.get("name"), priority=run.get("priority") or 0)
+    new_id = store.add_run(config, name=config.get("name"), priority=run.get("priority") or 0,
+                           notify=run.get("notify"))
     store.add_event(new_id, "clone", f"cloned from run {run['id']}"
                     + (f": {_describe(changes)}" if changes else ""),
                     data={"from": run["id"], "changes": {k: list(v) for k, v in changes.items()}})
     return new_id, changes
+
+
+# === restart =================================================================
+
+#: What ``restart --all-failed`` restarts: every way a run can fail, and a run the
+#: daemon cancelled because the run it waited for (--after) failed.
+FAILED_STATUSES = (FAILED, OOM, TIMEOUT)
+
+
+def _failed_runs(store) -> list[dict]:
+    """Failed runs no run was restarted from yet, oldest first (dependencies before dependents)."""
+    runs = store.failed_not_restarted((*FAILED_STATUSES, CANCELLED))
+    return [r for r in runs if r["status"] != CANCELLED
+            or store.events(run_id=r["id"], kinds=["dependency"])]
+
+
+def _restart_after(store, run: dict) -> tuple[int | None, str]:
+    """What the restart of ``run`` waits for: its --after run's newest restart, else that run.
+
+    A dependency that ended other than done and was not restarted is dropped
+    (the restart could never start behind it), and the text says so.
+    """
+    dep = run.get("after_run")
+    if dep is None:
+        return None, ""
+    while restarts := store.restarts_of(dep):
+        dep = restarts[-1]
+    status = store.run(dep)["status"]
+    if status in FINISHED and status != DONE:
+        return None, f"; not after run {dep}, which ended {status}"
+    return dep, f"; after run {dep}"
+
+
+def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, int]]:
+    """Queue a new run from each ended run named, and each failed one with ``all_failed``.
+
+    pueue's restart without --in-place: the old run and its steps stay as they
+    were; the new one copies its config, name, priority and notifier, and
+    remembers where it came from (``restart_of``). Returns (old id, new id) pairs.
+    """
+    if not refs and not all_failed:
+        raise BadInput("give the runs to restart, or --all-failed")
+    runs = []
+    for ref in refs:
+        run = store.run(ref)
+        if run["status"] not in FINISHED:
+            raise BadInput(f"run {run['id']} is {run['status']}: only an ended run can be "
+                           "restarted")
+        runs.append(run)
+    if all_failed:
+        runs += _failed_runs(store)
+    pairs: list[tuple[int, int]] = []
+    for run in sorted({r["id"]: r for r in runs}.values(), key=lambda r: r["id"]):
+        after, after_text = _restart_after(store, run)
+        new_id = store.add_run(run["config"], name=run.get("name"), after=after,
+                               priority=run.get("priority") or 0, notify=run.get("notify"),
+                               restart_of=run["id"])
+        why = (run.get("exit_reason") or "").splitlines()[0] if run.get("exit_reason") else ""
+        store.add_event(new_id, "restart", f"restarted from run {run['id']} ({run['status']}"
+                        + (f": {why}" if why else "") + ")" + after_text,
+                        data={"from": run["id"], "after": after})
+        pairs.append((run["id"], new_id))
+    return pairs
 
 
 # === wait ====================================================================

@@ -24,6 +24,7 @@ from daemon.compaction import Compactor
 from daemon.errors import DaemonAlreadyRunning, LaunchError
 from daemon.home import Config, Home
 from daemon.launchers.base import REQUEUE, Launcher, Outcome
+from daemon.notify import Notifications
 from daemon.probes import HostReading, read_host
 from daemon.store import FAILED, FINISHED, Store
 
@@ -74,7 +75,7 @@ class TickResult:
 class Daemon:
     def __init__(self, home: Home, store: Store, config: Config, launcher: Launcher, *,
                  exit_when_idle: bool = False, probe=None, clock=time.time,
-                 proc: str = "/proc", leader=None):
+                 proc: str = "/proc", leader=None, write_note=None):
         self.home = home
         self.store = store
         self.config = config
@@ -97,6 +98,9 @@ class Daemon:
         self.leader = leader
         self._active = False  # this process leads: holds the home's lock, owns the daemon row
 
+        # write_note(store, run_id, folder) -> path: the CLI's, so the daemon imports no note code.
+        self.notifications = Notifications(store, config.notify, open_store=lambda: Store(
+            store.path), run_dir=home.run_dir, write_note=write_note, clock=clock)
     # === leader election (daemon/k8s/leader.py) ==============================
 
     def _lead(self, now: float) -> bool:
@@ -185,6 +189,7 @@ class Daemon:
         reason = self.stop_reason or "stopped"
         was_active, self._active = self._active, False
         try:
+            self.notifications.close()  # the calls queued so far, each bounded
             if was_active or self.leader is None:  # a standby never owned the daemon row
                 self.store.daemon_stopped(reason, now=self.clock())
                 self.store.add_event(None, "daemon", f"daemon stopped: {reason}",
@@ -281,6 +286,7 @@ class Daemon:
         # first, saying why.
         for run_id, reason in self.store.cancel_broken_dependents(now=now):
             log.info("run %s cancelled: %s", run_id, reason)
+            self._notify("ended", self.store.run(run_id), "cancelled", reason, now)
         head = self.store.head_of_queue()
         if head is None:
             self._passes_in_row = 0
@@ -288,6 +294,8 @@ class Daemon:
             return
         passed, node = self._gate(head, host, rows, now)
         result.gates_passed = passed
+        if not passed:
+            self._ended_at_the_gate(head, now)
         if not passed or not self._fenced(head["id"], now):
             return
         if self.store.claim_for_launch(head["id"], launcher=self.launcher.name, node=node,
@@ -298,6 +306,7 @@ class Daemon:
             try:
                 self.launcher.launch(run)
                 result.launched = run["id"]
+                self._notify("started", self.store.run(run["id"]), now)
             except LaunchError as exc:
                 self.store.add_event(run["id"], "launch_failed", str(exc), now=now)
                 self._record(run, Outcome("failed", str(exc)), now=now)
@@ -360,7 +369,9 @@ class Daemon:
                                    own_pids=self.launcher.own_pids(), holders=rows)
         passed = gates_mod.all_pass(gates)
         self._passes_in_row = self._passes_in_row + 1 if passed else 0
+        blocked_since = self.store.blocked_since(head["id"]) if passed else None
         self.store.add_gate_check(head["id"], [g.as_dict() for g in gates], passed, now=now)
+        self._notify("gates_checked", head, passed=passed, blocked_since=blocked_since, now=now)
         return passed and self._passes_in_row >= max(1, self.config.gates.consecutive), \
             cluster.node
 
@@ -370,6 +381,9 @@ class Daemon:
         if outcome.status == REQUEUE:
             self.store.requeue(run["id"])
             self.store.add_event(run["id"], "requeue", outcome.reason or "requeued", now=now)
+            if outcome.retry is not None:  # an automatic retry (daemon/retry.py)
+                self.store.add_event(run["id"], "retry", outcome.retry["message"],
+                                     data=outcome.retry["data"], now=now)
             return
         assert outcome.status in FINISHED, outcome
         self.store.finish_run(run["id"], outcome.status, reason=outcome.reason,
@@ -379,6 +393,20 @@ class Daemon:
         self.store.add_event(run["id"], "finished",
                              outcome.status + (f": {first_line}" if first_line else ""), now=now)
         log.info("run %s %s %s", run["id"], outcome.status, first_line)
+        self._notify("ended", run, outcome.status, outcome.reason, now)
+
+    def _ended_at_the_gate(self, head: dict, now: float) -> None:
+        """A launcher may fail a queued run while gating it (k8s: a pre-pull not retried)."""
+        run = self.store.run(head["id"])
+        if run["status"] in FINISHED:
+            self._notify("ended", run, run["status"], run.get("exit_reason"), now)
+
+    def _notify(self, moment: str, *args, **kwargs) -> None:
+        """Tell the notifications a moment (daemon/notify.py); never fails the tick."""
+        try:
+            getattr(self.notifications, moment)(*args, **kwargs)
+        except Exception:  # a notice is advice: it must never stop a launch or a record
+            log.exception("notification %s failed", moment)
 
 
 def install_signal_handlers(daemon: Daemon) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Self
 from daemon.errors import NoSuchRun, StoreError, StoreVersionError
 from trainer import records
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 #: Run states. A run moves queued -> launching -> running -> one of FINISHED.
 QUEUED, LAUNCHING, RUNNING = "queued", "launching", "running"
@@ -267,7 +267,16 @@ _V9 = [
     "CREATE INDEX samples_run ON samples(run_id, time)",
 ]
 
-MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9}
+# Version 10: the queue, continued (issue 14): a run's own notifier command
+# (``submit --notify``; NULL: the config's default, '': none), and the run an
+# ended one was restarted from (``rngdctl restart``: a new run, the old one kept).
+_V10 = [
+    "ALTER TABLE runs ADD COLUMN notify TEXT",
+    "ALTER TABLE runs ADD COLUMN restart_of INTEGER REFERENCES runs(id)",
+]
+
+MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9,
+              10: _V10}
 
 _INSERT_STEP = (
     "INSERT INTO steps (run_id, config_label, step, loss, loss_flag, step_s, tokens,"
@@ -423,7 +432,8 @@ class Store:
     # === runs ================================================================
 
     def add_run(self, config: dict, *, name: str | None = None, now: float | None = None,
-                after: int | None = None, priority: int = 0) -> int:
+                after: int | None = None, priority: int = 0, notify: str | None = None,
+                restart_of: int | None = None) -> int:
         """Queue a run at the back of the queue (of its priority); returns its id."""
         now = time.time() if now is None else now
         with self._transaction():
@@ -431,9 +441,10 @@ class Store:
                 "SELECT COALESCE(MAX(position), 0) + 1 FROM runs"
             ).fetchone()[0]
             cursor = self.conn.execute(
-                "INSERT INTO runs (name, status, config, position, created, after_run, priority)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (name, QUEUED, _json(config), position, now, after, priority),
+                "INSERT INTO runs (name, status, config, position, created, after_run, priority,"
+                " notify, restart_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, QUEUED, _json(config), position, now, after, priority, notify,
+                 restart_of),
             )
         return int(cursor.lastrowid)
 
@@ -613,6 +624,39 @@ class Store:
         return bool(self.conn.execute(
             "UPDATE runs SET config = ?, name = ? WHERE id = ? AND status = ?",
             (_json(config), config.get("name"), run_id, QUEUED)).rowcount)
+
+    # === restart (issue 14) ==================================================
+
+    def restarts_of(self, run_id: int) -> list[int]:
+        """Runs restarted from ``run_id`` (``rngdctl restart``), oldest first."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT id FROM runs WHERE restart_of = ? ORDER BY id", (run_id,)).fetchall()]
+
+    def failed_not_restarted(self, statuses: Iterable[str]) -> list[dict]:
+        """Ended runs in ``statuses`` that no run was restarted from yet, oldest first."""
+        statuses = list(statuses)
+        return self._rows(
+            f"SELECT * FROM runs r WHERE status IN ({','.join('?' * len(statuses))})"
+            " AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.restart_of = r.id) ORDER BY id",
+            statuses)
+
+    # === retry evidence (issue 14, daemon/retry.py) ===========================
+
+    def image_pulled_before(self, image: str, *, default_image: str | None = None
+                            ) -> float | None:
+        """When a pod of ours last ran ``image`` (a run with a digest) or pulled it (a pre-pull).
+
+        ``default_image``: the image of runs whose config names none.
+        """
+        ran = self.conn.execute(
+            "SELECT MAX(COALESCE(started, created)) FROM runs WHERE image_digest IS NOT NULL"
+            " AND COALESCE(json_extract(config, '$.image'), ?) = ?",
+            (default_image, image)).fetchone()[0]
+        pulled = self.conn.execute(
+            "SELECT MAX(time) FROM events WHERE kind = 'prepull'"
+            " AND json_extract(data, '$.pulled') = ?", (image,)).fetchone()[0]
+        times = [t for t in (ran, pulled) if t is not None]
+        return max(times) if times else None
 
     # === estimates (issue 14) ================================================
 

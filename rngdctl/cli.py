@@ -38,6 +38,7 @@ COMMANDS = [
     ("rngdctl.commands.plan", "plan"),
     ("rngdctl.commands.edit", "edit"),
     ("rngdctl.commands.edit", "clone"),
+    ("rngdctl.commands.edit", "restart"),
     ("rngdctl.commands.wait", "wait"),
     ("rngdctl.commands.diff", "diff"),
 ]

@@ -19,6 +19,9 @@ class Outcome:
     status: str
     reason: str | None = None
     exit_code: int | None = None
+    #: A REQUEUE after a transient failure: the ``retry`` event's message and data, which
+    #: the scheduler stores (daemon/retry.py, ``Verdict.event``).
+    retry: dict | None = None
 
 
 class Launcher(Protocol):

@@ -8,9 +8,11 @@ Per tick (see docs/design.md, "Kubernetes launcher"):
 - running: ``follow`` reads the Job, its pod and the new part of the pod log
   (3 calls), ingests the lines, and ends the run from the pod's state.
 - An image-pull error deletes the Job in the same tick (the cards come back
-  at once), marks the image missing and requeues the run; the next gate
-  check pre-pulls it. A pre-pull pod that cannot pull (a pull error, a failed
-  pod, or no pull within ``prepull_timeout``) is deleted and tried again after
+  at once) and marks the image missing; when ``daemon/retry.py`` takes the
+  failure as transient (the image was pulled before) the run is requeued and
+  the next gate check pre-pulls it, else it fails now, saying why. A pre-pull
+  pod that cannot pull (a pull error, a failed pod, or no pull within
+  ``prepull_timeout``) is deleted and, by the same rule, tried again after
   ``prepull_retry``. Each Job launched and each failed pre-pull is one try of
   the run; after ``max_attempts`` tries the run fails with the first kubelet
   message, even while it is still queued.
@@ -28,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
-from daemon import cgroups, faults, nodes
+from daemon import cgroups, faults, nodes, retry
 from daemon.errors import ConfigError, LaunchError
 from daemon.gates import ClusterReading
 from daemon.home import Config, Home
@@ -316,7 +318,8 @@ class K8sLauncher:
                 return Outcome(CANCELLED, "cancelled")
             decided = self.state.run(run["id"]).get("decided")
             if decided:  # we deleted it, then stopped before the outcome was stored
-                return Outcome(decided["status"], decided["reason"])
+                return Outcome(decided["status"], decided["reason"],
+                               retry=decided.get("retry"))
             return Outcome(FAILED, f"Job {self.ns}/{name} was gone when the daemon restarted "
                                    f"(its log up to then is in trainer.log)")
         self.store.add_event(run["id"], "adopt", f"adopted Job {self.ns}/{name} after a restart",
@@ -441,10 +444,13 @@ class K8sLauncher:
     def _evicted(self, run: dict, job: dict, view: cluster.PodView) -> Outcome:
         why = view.reason or view.disrupted or ("node lost" if view.phase == "Unknown" else "")
         reason = f"pod {view.name} was put out ({why}): {view.message or ''}".strip()
-        requeue = self.k8s.requeue_on_eviction and self._tries(run) < self.k8s.max_attempts
-        outcome = self._end_attempt(run, job["metadata"]["name"], [view.name],
-                                    Outcome(REQUEUE if requeue else FAILED, reason))
-        if requeue:
+        verdict = retry.decide(retry.EVICTION if self.k8s.requeue_on_eviction else None,
+                               tries=self._tries(run), limit=self._limit(),
+                               evidence="the pod was put out; [k8s] requeue_on_eviction")
+        outcome = self._end_attempt(run, job["metadata"]["name"], [view.name], Outcome(
+            REQUEUE, reason, retry=verdict.event(reason)) if verdict.retry else Outcome(
+            FAILED, reason))
+        if verdict.retry:
             self.store.add_event(run["id"], "evicted", reason, now=self.clock())
         return outcome
 
@@ -457,12 +463,15 @@ class K8sLauncher:
         reason = f"pod {view.name} was rejected by the node ({view.reason}): " \
                  f"{view.message or 'not enough ' + view.reason[len('OutOf'):]}"
         tries = self._tries(run)
-        outcome = Outcome(REQUEUE, reason) if tries < self.k8s.max_attempts else Outcome(
-            FAILED, f"the node rejected the pod on {tries} tr{'y' if tries == 1 else 'ies'}; "
-                    f"last: {reason}")
+        verdict = retry.decide(retry.CARD_RACE, tries=tries, limit=self._limit(),
+                               evidence=f"the node had no {view.reason[len('OutOf'):]} left "
+                                        "at admission")
+        outcome = Outcome(REQUEUE, reason, retry=verdict.event(reason)) if verdict.retry \
+            else Outcome(FAILED, f"the node rejected the pod on {tries} "
+                                 f"tr{'y' if tries == 1 else 'ies'}; last: {reason}")
         self._end_attempt(run, job["metadata"]["name"], [view.name], outcome)
         self.store.add_event(run["id"], "admission_rejected",
-                             f"{reason} (try {tries} of {self.k8s.max_attempts})",
+                             f"{reason} (try {tries} of {self._limit()})",
                              now=self.clock(), data={"reason": view.reason,
                                                      "message": view.message})
         return outcome
@@ -475,17 +484,45 @@ class K8sLauncher:
         self.state.update_image(view.node or run.get("node") or self.node(), image,
                                 missing=True, pulled=None, digest=None)
         tries = self._tries(run)
-        if tries >= self.k8s.max_attempts:
-            outcome = Outcome(FAILED, self._pull_gave_up(run["id"], image, tries, message))
+        verdict = self._pull_verdict(run, view.node or run.get("node") or self.node(), image,
+                                     view.waiting, tries)
+        if verdict.retry:
+            requeue = (f"image {image} not pulled ({view.waiting}); a pre-pull pod without a "
+                       f"card fetches it before the retry")
+            outcome = Outcome(REQUEUE, requeue, retry=verdict.event(message))
         else:
-            outcome = Outcome(REQUEUE, f"image {image} not pulled ({view.waiting}); a pre-pull "
-                                       f"pod without a card fetches it before the retry")
+            outcome = Outcome(FAILED, self._pull_failed_reason(run["id"], image, verdict,
+                                                               message))
         self._end_attempt(run, name, [view.name], outcome)
         self.store.add_event(run["id"], "image_pull",
-                             f"{message} (try {tries} of {self.k8s.max_attempts}); "
+                             f"{message} (try {tries} of {self._limit()}); "
                              f"deleted Job {name} to free its cards", now=self.clock(),
                              data={"image": image, "message": message, "job": name})
         return outcome
+
+    def _limit(self) -> int:
+        return retry.max_attempts(self.config)
+
+    def _pull_verdict(self, run: dict, node: str, image: str, kubelet: str | None,
+                      tries: int, *, timed_out: bool = False) -> retry.Verdict:
+        """Retry a failed pull? Only of an image pulled before (daemon/retry.py)."""
+        if timed_out:
+            transient, evidence = True, "the pull ran out of time; nothing refused the image"
+        else:
+            listed = False
+            if kubelet not in retry.NEVER_PULLABLE:
+                node_obj = self.client.read_node(node)  # 1 call, only after a failed pull
+                listed = node_obj is not None and cluster.image_listed(node_obj, image)
+            transient, evidence = retry.image_pull_transient(
+                self.store, image, kubelet, listed=listed, default_image=self.k8s.image)
+        return retry.decide(retry.IMAGE_PULL, tries=tries, limit=self._limit(),
+                            transient=transient, evidence=evidence)
+
+    def _pull_failed_reason(self, run_id: int, image: str, verdict: retry.Verdict,
+                            message: str) -> str:
+        if verdict.how == retry.EXHAUSTED:
+            return self._pull_gave_up(run_id, image, verdict.tries, message)
+        return verdict.failed_reason(f"image {image} could not be pulled: {message}")
 
     def _tries(self, run: dict) -> int:
         """Tries of a run so far: each Job launched, and each pre-pull pod that failed."""
@@ -598,9 +635,11 @@ class K8sLauncher:
         first = foreign[0]
         reason = (f"pid {first.pid} ({first.user}: {first.cmdline[:80]}) holds "
                   f"{', '.join(first.files[:3])}, and it is not our pod {view.name}")
-        status = FAILED if self._tries(run) >= self.k8s.max_attempts else REQUEUE
-        outcome = self._end_attempt(run, name, [view.name],
-                                    Outcome(status, f"a foreign process held the cards: {reason}"))
+        why = f"a foreign process held the cards: {reason}"
+        verdict = retry.decide(retry.FOREIGN_HOLDER, tries=self._tries(run), limit=self._limit(),
+                               evidence="a process not ours held the cards at start")
+        outcome = self._end_attempt(run, name, [view.name], Outcome(
+            REQUEUE, why, retry=verdict.event(why)) if verdict.retry else Outcome(FAILED, why))
         self.store.add_event(run["id"], "foreign_holder", reason + f"; deleted Job {name}",
                              now=self.clock())
         return outcome
@@ -703,11 +742,13 @@ class K8sLauncher:
             self._got_image(node, image, view)
             self.client.delete_pod(self.ns, name, grace_seconds=0)
             self.store.add_event(run_id, "prepull", f"{image} pulled onto {node} by pod {name}",
-                                 now=self.clock())
+                                 now=self.clock(), data={"pulled": image, "node": node})
             return True, f"{image} pulled onto the node by our pre-pull pod"
         failure = self._prepull_failure(view, prepull["since"])
         if failure is not None:
-            return self._prepull_failed_now(run, node, name, image, failure)
+            return self._prepull_failed_now(run, node, name, image, failure,
+                                            kubelet=view.waiting or view.reason,
+                                            timed_out=failure.startswith("not pulled within"))
         state = view.waiting or view.phase
         detail = f" ({view.waiting_message})" if view.waiting_message else ""
         return False, f"{image}: pre-pulling with pod {name}: {state}{detail}"
@@ -729,8 +770,9 @@ class K8sLauncher:
         return None
 
     def _prepull_failed_now(self, run: dict, node: str, pod_name: str, image: str,
-                            message: str) -> tuple[bool, str]:
-        """Delete the pre-pull pod and count a try; after ``max_attempts`` fail the queued run."""
+                            message: str, *, kubelet: str | None = None,
+                            timed_out: bool = False) -> tuple[bool, str]:
+        """Delete the pre-pull pod and count a try; fail the queued run when not retried."""
         run_id = run.get("id")
         # Stored before the pod goes: a restart in between finds the pod failing and
         # deletes it at startup, without counting the try twice.
@@ -742,12 +784,16 @@ class K8sLauncher:
         if run_id is None:
             return False, f"{image}: pre-pull failed: {message}"
         tries = self._tries(run)
-        if tries < self.k8s.max_attempts:
-            return False, (f"{image}: pre-pull failed (try {tries} of {self.k8s.max_attempts}): "
+        verdict = self._pull_verdict(run, node, image, kubelet, tries, timed_out=timed_out)
+        if verdict.retry:
+            event = verdict.event(message)
+            self.store.add_event(run_id, retry.KIND, event["message"], data=event["data"],
+                                 now=self.clock())
+            return False, (f"{image}: pre-pull failed (try {tries} of {self._limit()}): "
                            f"{message}; next try in {self.k8s.prepull_retry:g} s")
         # The run is the queue's head and still queued: the scheduler will not launch it
         # (the image gate fails, and claim_for_launch only claims a queued run).
-        reason = self._pull_gave_up(run_id, image, tries, message)
+        reason = self._pull_failed_reason(run_id, image, verdict, message)
         self.store.finish_run(run_id, FAILED, reason=reason, now=self.clock())
         self.state.forget_run(run_id)
         self.store.add_event(run_id, "finished", f"{FAILED}: {reason}", now=self.clock())
@@ -820,7 +866,8 @@ class K8sLauncher:
         stays a requeue) instead of failing the run.
         """
         self.state.update_run(run["id"], decided={"status": outcome.status,
-                                                  "reason": outcome.reason})
+                                                  "reason": outcome.reason,
+                                                  "retry": outcome.retry})
         self._delete(job_name, pod_names)
         return outcome
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from daemon import faults
+from daemon import faults, retry
 from daemon.errors import LaunchError
 from daemon.gates import ClusterReading
 from daemon.home import Config, Home
@@ -166,6 +166,7 @@ class LocalLauncher:
         env = {k: v for k, v in os.environ.items() if k != faults.ENV}
         env["PYTHONUNBUFFERED"] = "1"
         lock = take_trainer_lock(run_dir / TRAINER_LOCK)
+        offset = output.stat().st_size if output.exists() else 0
         child = None
         try:
             with open(output, "ab") as out:
@@ -186,8 +187,9 @@ class LocalLauncher:
         faults.point("after_spawn")
         self._children[run["id"]] = child
         self._processes[run["id"]] = process
+        # A retry appends to the same file: this attempt's lines start where it ends now.
         self.store.update_run(run["id"], status=RUNNING, pid=child.pid, pid_start=started,
-                              log_path=str(output), log_offset=0)
+                              log_path=str(output), log_offset=offset)
         faults.point("after_record")
         self.store.add_event(run["id"], "launch", f"local pid {child.pid}: {' '.join(argv[1:])}")
 
@@ -243,13 +245,15 @@ class LocalLauncher:
         exit_code = child.returncode if child is not None else None
         return self._outcome(run, exit_code)
 
-    def _end_record(self, run_id: int) -> dict | None:
-        ends = self.store.events(run_id=run_id, kinds=["end"])
+    def _end_record(self, run: dict) -> dict | None:
+        """This attempt's end record: not one an earlier try of a retried run wrote."""
+        ends = [e for e in self.store.events(run_id=run["id"], kinds=["end"])
+                if e["time"] >= (run.get("started") or 0) - 1.0]
         return (ends[-1].get("data") or {}) if ends else None
 
     def _outcome(self, run: dict, exit_code: int | None) -> Outcome:
         run_id = run["id"]
-        end = self._end_record(run_id) or {}
+        end = self._end_record(run) or {}
         status = end.get("status")
         cancelled = run_id in self._cancel_sent or run.get("cancel_requested")
         self._cancel_sent.pop(run_id, None)
@@ -272,6 +276,13 @@ class LocalLauncher:
             reason = "the trainer exited while no daemon watched it, and wrote no end record"
         else:
             reason = end.get("error") or f"exit code {exit_code}"
+        if retry.card_held(end.get("error")):
+            verdict = retry.decide(retry.FOREIGN_HOLDER, tries=int(run.get("attempts") or 0),
+                                   limit=retry.max_attempts(self.config),
+                                   evidence="another process held the card when the trainer "
+                                            "started")
+            if verdict.retry:
+                return Outcome(REQUEUE, reason, exit_code, retry=verdict.event(reason))
         tail = log_tail(Path(run["log_path"])) if run.get("log_path") else ""
         return Outcome("failed", f"{reason}\n{tail}".strip(), exit_code)
 

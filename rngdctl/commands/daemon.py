@@ -26,6 +26,17 @@ def _k8s_overrides(config, **flags):
     return config
 
 
+def _note_writer(config):
+    """The notifier's note: the run's experiment note, written under runs/<id>/ at its end."""
+
+    def write(store, run_id: int, folder):
+        from rngdctl.export import write_note
+
+        return write_note(store, [run_id], folder, k8s=config.k8s)
+
+    return write
+
+
 def k8s_options(fn):
     """--context, --namespace, --node and --image, for the k8s launcher."""
     for option in reversed([
@@ -66,7 +77,7 @@ def daemon(home, launcher, tick, exit_when_idle, **k8s_flags):
     with home.store() as store:
         runner = _build(home, launcher, store, config)
         loop = Daemon(home, store, config, runner, exit_when_idle=exit_when_idle,
-                      leader=_elector(runner, config))
+                      leader=_elector(runner, config), write_note=_note_writer(config))
         install_signal_handlers(loop)
         loop.run()
 

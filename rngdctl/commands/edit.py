@@ -1,4 +1,4 @@
-"""`rngdctl edit` and `rngdctl clone`: change a queued run, or queue a copy of any run.
+"""`rngdctl edit`, `clone` and `restart`: change a queued run; queue a copy of runs.
 
 Thin over ``daemon.queueing.edit_run`` / ``clone_run``; the changes are
 validated by ``daemon.runspec`` exactly as ``submit``'s options are.
@@ -67,3 +67,32 @@ def clone(home, as_json, run_ref, settings):
                    "changes": _changes(changes), "config": new["config"]})
     else:
         click.echo(new_id)
+
+
+@click.command()
+@click.argument("run_refs", metavar="[RUN]...", nargs=-1)
+@click.option("--all-failed", is_flag=True,
+              help="Every failed, oom or timed-out run (and every run cancelled because the "
+                   "run it waited for failed) not restarted yet.")
+@json_option
+@with_home
+def restart(home, as_json, run_refs, all_failed):
+    """Queue each ended run again, as a new run (the old one and its steps stay).
+
+    Like pueue's restart: the new run copies the config, name, priority and
+    notifier; a run that waited for another (--after) waits for that run's
+    restart when it has one. Prints one line per run: OLD -> NEW.
+
+    Example: rngdctl restart --all-failed
+    """
+    from daemon.queueing import restart_runs
+
+    with home.store() as store:
+        pairs = restart_runs(store, list(run_refs), all_failed=all_failed)
+    if as_json:
+        echo_json([{"from": old, "id": new} for old, new in pairs])
+    elif not pairs:
+        click.echo("no failed run to restart")
+    else:
+        for old, new in pairs:
+            click.echo(f"run {old} -> run {new} (queued)")

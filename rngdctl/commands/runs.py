@@ -72,9 +72,13 @@ class CardsParam(click.ParamType):
                    "cancelled, this run is cancelled with the reason.")
 @click.option("--priority", type=int, default=0, show_default=True,
               help="Higher runs launch first; equal priorities keep queue order (see move).")
+@click.option("--notify", metavar="CMD",
+              help="Run CMD (no shell) when the run starts, ends, or its gates clear after a "
+                   "long block; {id} {status} {name} ... in CMD are filled in (see README). "
+                   "Default: config.toml's [notify] command; '' for none.")
 @json_option
 @with_home
-def submit(home, as_json, after, priority, **options):
+def submit(home, as_json, after, priority, notify, **options):
     """Queue a run; prints its id.
 
     Example: rngdctl submit --cards 2 --resident 1 --steps 200 --baseline
@@ -90,7 +94,7 @@ def submit(home, as_json, after, priority, **options):
             chosen = choose_best(home, store, options)
             options = {**options, "cards": chosen.best.cards, "resident": chosen.best.resident}
         config = validate(options)
-        run_id = queue_run(store, config, after=after, priority=priority)
+        run_id = queue_run(store, config, after=after, priority=priority, notify=notify)
         store_after = store.run(run_id)["after_run"]
         position = [r["id"] for r in store.queue()].index(run_id) + 1
     if chosen is not None and not as_json:
@@ -100,7 +104,7 @@ def submit(home, as_json, after, priority, **options):
                    f"predicted from run {chosen.baseline_run}): {chosen.why}", err=True)
     if as_json:
         echo_json({"id": run_id, "status": "queued", "position": position, "config": config,
-                   "after_run": store_after, "priority": priority,
+                   "after_run": store_after, "priority": priority, "notify": notify,
                    **({"chosen": {"cards": chosen.best.cards, "resident": chosen.best.resident,
                                   "step_s": chosen.best.step_s, "why": chosen.why,
                                   "baseline_run": chosen.baseline_run}} if chosen else {})})

@@ -29,6 +29,13 @@ def tick_until_launched(daemon, store, run_id: int, now: int) -> int:
     raise AssertionError(f"run {run_id} was not launched: {store.events(run_id=run_id)}")
 
 
+def pulled_before(store, image: str) -> None:
+    """The store remembers a pre-pull pod of ours that pulled ``image`` (daemon/retry.py's
+    evidence that a later failed pull of it is worth a retry)."""
+    store.add_event(None, "prepull", f"{image} pulled onto rngd-node-1 by an earlier pod",
+                    now=1.0, data={"pulled": image, "node": "rngd-node-1"})
+
+
 def start_line(run_id: int, label: str = "main") -> str:
     from trainer import records
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from k8s_support import end_line, start_line, step_line, tick_until_launched
+from k8s_support import end_line, pulled_before, start_line, step_line, tick_until_launched
 
 RUNNING = {"running": {"startedAt": "2026-01-01T00:00:01Z"}}
 MISSING = "registry.example/furiosa-llm:typo"
@@ -14,7 +14,7 @@ def _waiting(reason: str, message: str, container: str = "trainer") -> dict:
         {"name": container, "state": {"waiting": {"reason": reason, "message": message}}}]}
 
 
-@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff", "InvalidImageName"])
+@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff"])
 def test_an_image_pull_error_deletes_the_job_in_one_tick_pre_pulls_and_retries(
         cluster, daemon, submit, store, reason):
     run_id = submit()
@@ -42,6 +42,49 @@ def test_an_image_pull_error_deletes_the_job_in_one_tick_pre_pulls_and_retries(
     run = store.run(run_id)
     assert run["attempts"] == 2 and run["job_name"] == f"rngd-{run_id}-a2"
     assert cluster.get("batch/v1/jobs", run["job_name"]) is not None
+    # Retried because the node lists the image (it was pulled there before): an event.
+    [retry] = store.events(run_id=run_id, kinds=["retry"])
+    assert retry["data"] == {"class": "image_pull", "attempt": 2, "max_attempts": 3,
+                             "reason": f"{reason}: rpc error: manifest unknown"}
+    assert "is in the node's status.images" in retry["message"]
+
+
+def test_an_invalid_image_name_fails_the_run_at_once_without_a_retry(cluster, daemon, submit,
+                                                                     store):
+    run_id = submit()
+    now = tick_until_launched(daemon, store, run_id, 1)
+    job = store.run(run_id)["job_name"]
+    cluster.start_pod(job, phase="Pending", state={"waiting": {
+        "reason": "InvalidImageName", "message": "couldn't parse image name"}})
+
+    assert daemon.tick(now=now).finished == (run_id, "failed")
+    run = store.run(run_id)
+    assert run["exit_reason"] == (
+        "image registry.example/furiosa-llm:2026.1 could not be pulled: InvalidImageName: "
+        "couldn't parse image name (not retried: InvalidImageName: the image name itself is "
+        "refused)")
+    assert store.events(run_id=run_id, kinds=["retry"]) == []
+    assert cluster.names("batch/v1/jobs") == [] and cluster.names("v1/pods") == []
+
+
+def test_a_pull_of_an_image_never_pulled_fails_at_the_first_pre_pull_and_the_queue_goes_on(
+        cluster, daemon, submit, store, clock):
+    stuck = submit(image=MISSING)
+    behind = submit()
+    daemon.tick(now=0)  # the gate check starts a pre-pull pod
+    [pod] = cluster.names("v1/pods")
+    cluster.patch("v1/pods", pod, {"status": _waiting(
+        "ErrImagePull", "pull access denied, repository does not exist", "prepull")})
+    assert daemon.tick(now=1).launched is None
+
+    run = store.run(stuck)
+    assert run["status"] == "failed"
+    assert run["exit_reason"] == (
+        f"image {MISSING} could not be pulled: ErrImagePull: pull access denied, repository "
+        f"does not exist (not retried: {MISSING} was never pulled by rngdctl: a wrong name or "
+        "tag, or no access, fails the same way again; fix it and `rngdctl restart` the run)")
+    assert store.events(run_id=stuck, kinds=["retry"]) == []
+    tick_until_launched(daemon, store, behind, 2)
 
 
 def test_pull_failures_and_failed_pre_pulls_share_max_attempts_and_the_first_message_is_kept(
@@ -68,6 +111,7 @@ def test_pull_failures_and_failed_pre_pulls_share_max_attempts_and_the_first_mes
 def test_a_pre_pull_that_keeps_failing_fails_the_queued_run_and_unblocks_the_queue(
         cluster, daemon, submit, store, config, clock):
     config.k8s.prepull_retry = 30
+    pulled_before(store, MISSING)  # so each failed pull is worth a retry (daemon/retry.py)
     stuck = submit(image=MISSING)
     behind = submit()
     messages = ["pull access denied, repository does not exist", "Back-off pulling image",

@@ -67,7 +67,10 @@ def test_an_unpullable_image_fails_the_image_gate_with_the_kubelet_message(
     reading = launcher.cluster_reading(run)
     assert reading.image_present is False
     assert "InvalidImageName: couldn't parse image name" in reading.image_detail
-    assert [e["kind"] for e in store.events(run_id=run["id"])][-1] == "prepull_failed"
+    # A name the kubelet cannot parse is never retried (daemon/retry.py): the run fails now.
+    assert [e["kind"] for e in store.events(run_id=run["id"])][-2:] == ["prepull_failed",
+                                                                       "finished"]
+    assert store.run(run["id"])["status"] == "failed"
 
 
 def test_gate_checks_store_the_cluster_readings_beside_the_host_gates(cluster, launcher, submit,

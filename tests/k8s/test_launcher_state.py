@@ -9,7 +9,7 @@ the old one knew.
 from __future__ import annotations
 
 import pytest
-from k8s_support import device_holder, end_line, start_line, tick_until_launched
+from k8s_support import device_holder, end_line, pulled_before, start_line, tick_until_launched
 
 PULLING = {"phase": "Pending", "containerStatuses": [{"name": "prepull", "state": {
     "waiting": {"reason": "ContainerCreating", "message": ""}}}]}
@@ -100,6 +100,7 @@ def test_a_restart_between_the_failed_pull_and_the_pre_pull_still_pre_pulls_firs
 def test_a_restart_after_a_failed_pre_pull_waits_out_the_retry_delay(
         cluster, daemon, submit, store, config, clock, restart):
     config.k8s.prepull_retry = 60
+    pulled_before(store, ELSEWHERE)  # a failed pull of it is retried (daemon/retry.py)
     run_id = submit(image=ELSEWHERE)
     daemon.tick(now=1)
     [prepull] = cluster.names("v1/pods")

@@ -67,3 +67,23 @@ def cli(home):
         return CliRunner().invoke(group, ["--home", str(home.path), *args])
 
     return invoke
+
+
+@pytest.fixture
+def start_daemon(home, store):
+    """Start real schedulers on the home's store, closed at the end of the test:
+    start_daemon(config, launcher, probe, **Daemon keywords)."""
+    from daemon.scheduler import Daemon
+
+    started = []
+
+    def start(config, launcher, probe, **kwargs):
+        home.ensure()
+        d = Daemon(home, store, config, launcher, probe=probe, **kwargs)
+        d.start()
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.close()
