@@ -128,3 +128,42 @@ def test_in_a_real_terminal_a_failure_rings_its_bell_and_shows_the_toast(home):
         assert pane.bell_rung()
     finally:
         pane.close()
+
+
+async def test_the_real_schedulers_start_and_failure_ring_the_monitor(home, store, settle,
+                                                                     tmp_path):
+    from daemon.launchers.base import Outcome
+    from daemon.probes import HostReading
+    from daemon.scheduler import Daemon
+    from tests.queue.conftest import ScriptedLauncher
+
+    run_id = store.add_run(validate({"cards": 1, "resident": 0, "steps": 5}), name="e2e",
+                           now=NOW - 60)
+    launcher = ScriptedLauncher()
+    daemon = Daemon(home, store, home.config(), launcher,
+                    probe=lambda: HostReading(0.0, (1.0, 1.0, 1.0), (), True))
+    daemon.start()
+    try:
+        app = BellCountingApp(home, clock=lambda: NOW, refresh_s=3600.0,
+                              export_dir=tmp_path / "experiments")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            for k in range(5):  # the gates pass [gates] consecutive ticks in a row, then it starts
+                daemon.tick(now=NOW + k)
+                if launcher.launched:
+                    break
+            assert launcher.launched == [run_id]
+            app.refresh_data()
+            await settle(pilot)
+            assert app.bells == 1
+            launcher.outcomes[run_id] = Outcome("failed", "exit code 1")
+            daemon.tick(now=NOW + 10)
+            app.refresh_data()
+            await settle(pilot)
+            assert app.bells == 2
+            assert [(t, m) for t, m, _ in _toasts(app)] == [
+                ("run started", f"run {run_id} (e2e) started"),
+                ("run failed", f"run {run_id} (e2e) failed: exit code 1"),
+            ]
+    finally:
+        daemon.close()
