@@ -119,7 +119,15 @@ class TimedSteps:
 
 
 def start_hog(procs: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(procs)]
+    """Busy-looping processes, each in a session of its own, as another user's work would be.
+
+    With the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``),
+    CPU time is shared fairly between sessions first: hogs started in this script's
+    session would share one group's share however many there were, and the trainer,
+    in a session of its own, would keep a core to itself.
+    """
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(procs)]
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
