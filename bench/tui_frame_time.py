@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import importlib.util
 import io
 import os
 import pstats
@@ -154,6 +155,12 @@ def main() -> int:
                         help="cProfile the UI thread's frames (timed too, so slower) and "
                              "print the N functions with the most cumulative time per widget")
     args = parser.parse_args()
+    if "textual-plot" in args.plots.split(",") and importlib.util.find_spec("textual_plot") is None:
+        # Only this comparison needs it, so no extra of rngdctl installs it.
+        print("textual-plot is not installed: `.venv/bin/pip install textual-plot==0.10.1` "
+              "(the version measured in docs/performance.md), or leave it out of --plots",
+              file=sys.stderr)
+        return 2
     now = 1_790_000_000.0
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
