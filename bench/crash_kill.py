@@ -25,11 +25,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from daemon.home import Home
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from procs import PsSampler, trainers
 
 RUN = ["--cards", "1", "--resident", "2", "--seq-len", "32", "--accum", "1", "--lr", "1e-3",
        "--model", "tiny-llama"]
@@ -42,35 +44,6 @@ def rngdctl(home: Home, *args: str, env_extra: dict | None = None, **kw) -> subp
     return subprocess.Popen([sys.executable, "-m", "rngdctl", "--home", str(home.path), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             **kw)
-
-
-def trainers(home: Home) -> list[int]:
-    """This home's trainers; a trainer's own fork (git rev-parse, before its exec) is not one."""
-    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True,
-                         text=True, timeout=10, check=True).stdout
-    marker = f"{home.path}/runs/"
-    found = {}
-    for line in out.splitlines():
-        if " -m trainer train " in line and marker in line:
-            pid, ppid = line.split()[:2]
-            found[int(pid)] = int(ppid)
-    return [pid for pid, ppid in found.items() if ppid not in found]
-
-
-class PsSampler(threading.Thread):
-    def __init__(self, home: Home):
-        super().__init__(daemon=True)
-        self.home, self.most, self.samples, self.over = home, 0, 0, []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            pids = trainers(self.home)
-            self.samples += 1
-            self.most = max(self.most, len(pids))
-            if len(pids) > 1:
-                self.over.append((time.time(), pids))
-            self.stop.wait(0.05)
 
 
 def state(home: Home) -> str:

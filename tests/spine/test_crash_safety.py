@@ -10,10 +10,10 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
+from procs import PsSampler, trainers
 
 from daemon import faults
 
@@ -32,47 +32,6 @@ def start_daemon(home, fault=None):
         [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon", "--tick", "0.2",
          "--exit-when-idle"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=env)
-
-
-def trainers(home) -> list[int]:
-    """Pids of this home's trainers, as `ps` lists them.
-
-    A trainer forks to run `git rev-parse`: between that fork and its exec the child
-    still shows the trainer's command line. It is one trainer, not two, so a match
-    whose parent is itself a match is not counted.
-    """
-    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True,
-                         text=True, timeout=10, check=True).stdout
-    marker = f"{home.path}/runs/"
-    found = {}
-    for line in out.splitlines():
-        if " -m trainer train " in line and marker in line:
-            pid, ppid = line.split()[:2]
-            found[int(pid)] = int(ppid)
-    return [pid for pid, ppid in found.items() if ppid not in found]
-
-
-class PsSampler(threading.Thread):
-    """The most trainers `ps` ever showed at once, sampled every 50 ms."""
-
-    def __init__(self, home):
-        super().__init__(daemon=True)
-        self.home, self.most, self.samples = home, 0, 0
-        self._halt = threading.Event()
-
-    def run(self):
-        while not self._halt.is_set():
-            self.most = max(self.most, len(trainers(self.home)))
-            self.samples += 1
-            self._halt.wait(0.05)
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._halt.set()
-        self.join()
 
 
 def starts_in_output(home, run):
