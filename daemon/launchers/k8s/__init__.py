@@ -1,0 +1,43 @@
+"""The Kubernetes launcher: card Jobs gated on the node, followed to their end.
+
+One class, ``K8sLauncher`` (``launcher.py``: the Launcher protocol and its
+plumbing), built from one module per idea:
+
+- ``jobs.py``: the Job's life: create (or adopt), find, delete, compile first;
+- ``following.py``: one look at a running run: its Job, its pod, the new log
+  lines, ingested;
+- ``outcomes.py``: how an attempt ended: the failure classification (deadline,
+  admission, eviction, OOM, exit code, image pull) and the retry verdicts;
+- ``images.py``: the image on the node and the card-less pre-pull pods;
+- ``holders.py``: device holders after a launch (a foreign one deletes the Job);
+- ``agents.py``: every node at once from the node agents' readings.
+
+Per tick (see docs/design.md, "Kubernetes launcher"):
+
+- idle: ``cluster_reading`` reads the node and the pods bound to it (2 calls):
+  cards free and the image hint. An image that is not on the node is pulled
+  by a card-less pre-pull pod first, so the card Job never waits on a pull.
+- running: ``follow`` reads the Job, its pod and the new part of the pod log
+  (3 calls), ingests the lines, and ends the run from the pod's state.
+- An image-pull error deletes the Job in the same tick (the cards come back
+  at once) and marks the image missing; when ``daemon/retry.py`` takes the
+  failure as transient (the image was pulled before) the run is requeued and
+  the next gate check pre-pulls it, else it fails now, saying why. A pre-pull
+  pod that cannot pull (a pull error, a failed pod, or no pull within
+  ``prepull_timeout``) is deleted and, by the same rule, tried again after
+  ``prepull_retry``. Each Job launched and each failed pre-pull is one try of
+  the run; after ``max_attempts`` tries the run fails with the first kubelet
+  message, even while it is still queued.
+
+The Job's name, the log cursor (``log_since``, ``log_offset``), node and
+image digest live in the run's row, so a restarted daemon adopts the Job and
+resumes the log where it stopped. Everything else the launcher knows between
+ticks (an image missing, a pre-pull in progress, a compile's digest, ...)
+lives in the store too, through ``daemon.k8s.state``: a daemon restarted at
+any instant acts on what the old one knew.
+"""
+
+from daemon.launchers.k8s.launcher import K8sLauncher
+from daemon.launchers.k8s.outcomes import TAIL_LINES
+
+__all__ = ["TAIL_LINES", "K8sLauncher"]
