@@ -1,0 +1,211 @@
+"""A prediction against what was measured: the error, its split into terms and the host notice."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from daemon import stats
+from daemon.errors import ModelFitError
+from daemon.stepmodel.fit import SPLIT, Prediction, Steps, _pass
+
+#: The least move of the compute term that counts as the host changing between
+#: the passes, whatever their spread: below it, the notice would fire on the
+#: few-percent differences one process's two passes show on a quiet host.
+HOST_MOVED = 0.02
+#: A median's standard error per IQR / sqrt(n), for normally spread values.
+MEDIAN_SE = 1.2533 / 1.349
+
+
+@dataclass(frozen=True)
+class Comparison:
+    prediction: Prediction
+    measured_s: float  # median step_s over steps 6-N
+    iqr: tuple[float, float]  # quartiles of the same steps
+    steps: int  # how many steps the median is over
+    first_step: int
+    last_step: int
+    measured_tokens_per_s: float
+    measured_phases: dict  # SPLIT -> median seconds
+    interleave: int = 0  # block size when the passes alternated; 0: one after the other
+    measured_compute_iqr: tuple[float, float] | None = None  # quartiles of the main's fwd_bwd
+    paired: bool = False  # measured paired block by block with the baseline (``paired_medians``)
+
+    @property
+    def window(self) -> str:
+        """Which steps the measured median is over, in words."""
+        steps = (f"steps {self.first_step}-{self.last_step}" if self.last_step > self.first_step
+                 else f"step {self.first_step}")
+        if self.interleave:
+            steps += f", interleaved with the baseline in blocks of {self.interleave}"
+        if self.paired:
+            steps += ", paired block by block"
+        return steps
+
+    @property
+    def model_s(self) -> float:
+        return self.prediction.step_s
+
+    @property
+    def error(self) -> float:
+        """(model - measured) / measured, as a fraction."""
+        return relative_error(self.model_s, self.measured_s)
+
+    @property
+    def model_tokens_per_s(self) -> float:
+        """The measured tokens per step over the model's step time."""
+        tokens = self.measured_tokens_per_s * self.measured_s
+        return tokens / self.model_s if self.model_s > 0 else math.nan
+
+    @property
+    def worst_phase(self) -> str:
+        """The phase whose prediction is furthest from its measured median."""
+        return max(SPLIT, key=lambda p: abs(self.prediction.phases[p]
+                                            - self.measured_phases.get(p, 0.0)))
+
+    def split(self) -> list[dict]:
+        """Predicted and measured seconds per phase, side by side.
+
+        ``error`` is the phase's share of the step's error, (model - measured)
+        / measured step: the phases' shares add up to ``error``.
+        """
+        return [{"phase": p, "model_s": self.prediction.phases[p],
+                 "measured_s": self.measured_phases.get(p, 0.0),
+                 "diff_s": self.prediction.phases[p] - self.measured_phases.get(p, 0.0),
+                 "error": (self.prediction.phases[p] - self.measured_phases.get(p, 0.0))
+                 / self.measured_s if self.measured_s else None}
+                for p in SPLIT]
+
+    @property
+    def compute_moved(self) -> float:
+        """Measured device compute over the model's, less 1: the same work measured twice.
+
+        The model scales the baseline's fwd_bwd by tokens and layers only, so
+        on a steady host this is near 0 whatever the placement.
+        """
+        model = self.prediction.phases["fwd_bwd"]
+        return self.measured_phases["fwd_bwd"] / model - 1 if model > 0 else math.nan
+
+    @property
+    def compute_spread(self) -> float:
+        """How far apart the two passes' fwd_bwd medians may fall by chance, relative.
+
+        Twice the standard error of their difference: each median's standard
+        error taken as MEDIAN_SE x IQR / sqrt(steps) of its own pass (for
+        normally spread steps, 1.2533 sigma / sqrt(n) with sigma = IQR / 1.349),
+        relative to its median. A move beyond it is the host, not chance.
+        """
+        errors = []
+        for iqr, median, n in ((self.prediction.terms.compute_iqr,
+                                self.prediction.terms.compute.seconds,
+                                self.prediction.terms.compute_steps),
+                               (self.measured_compute_iqr, self.measured_phases["fwd_bwd"],
+                                self.steps)):
+            if iqr is None or median <= 0 or n < 1:
+                return math.nan
+            errors.append(MEDIAN_SE * (iqr[1] - iqr[0]) / median / math.sqrt(n))
+        return 2 * math.hypot(*errors)
+
+    @property
+    def host_changed(self) -> bool:
+        """The compute term moved by more than the passes' own spread (and over HOST_MOVED).
+
+        The same device work took a different time in the two passes: the host
+        changed between them (load, clock, another process), not the model.
+        """
+        moved, spread = abs(self.compute_moved), self.compute_spread
+        return math.isfinite(moved) and math.isfinite(spread) and moved > max(spread, HOST_MOVED)
+
+    @property
+    def error_without_compute(self) -> float:
+        """The error with the measured fwd_bwd in place of the model's: the rest of the model."""
+        p = self.prediction.phases["fwd_bwd"]
+        return (self.model_s - p + self.measured_phases["fwd_bwd"] - self.measured_s) \
+            / self.measured_s
+
+    def error_terms(self) -> str:
+        """The error in words, term by term, largest share first (shares under 0.1 % left out)."""
+        shares = sorted((r for r in self.split() if r["error"] is not None),
+                        key=lambda r: -abs(r["error"]))
+        return ", ".join(f"{r['phase']} {r['error'] * 100:+.1f} %" for r in shares
+                         if abs(r["error"]) >= 0.001) or "every term within 0.1 %"
+
+    def host_notice(self) -> str | None:
+        """One plain sentence when the host changed between the passes, else None."""
+        if not self.host_changed:
+            return None
+        moved = self.compute_moved
+        return (f"the host changed between the passes: the same device compute (fwd_bwd) took "
+                f"{abs(moved) * 100:.1f} % {'longer' if moved > 0 else 'less time'} in the asked "
+                f"config than in the baseline (more than the passes' own spread allows, "
+                f"{self.compute_spread * 100:.1f} %); the rest of the model is off by "
+                f"{self.error_without_compute * 100:+.1f} %")
+
+    def as_dict(self) -> dict:
+        return {
+            "measured_s": self.measured_s, "iqr_s": list(self.iqr), "steps": self.steps,
+            "step_range": [self.first_step, self.last_step], "interleave": self.interleave,
+            "paired": self.paired, "window": self.window,
+            "model_s": self.model_s, "error": self.error,
+            "measured_tokens_per_s": self.measured_tokens_per_s,
+            "model_tokens_per_s": self.model_tokens_per_s,
+            "worst_phase": self.worst_phase, "split": self.split(),
+            "error_terms": self.error_terms(), "compute_moved": self.compute_moved,
+            "compute_spread": self.compute_spread, "host_changed": self.host_changed,
+            "error_without_compute": self.error_without_compute,
+            "host_notice": self.host_notice(),
+            "prediction": self.prediction.as_dict(),
+        }
+
+
+def relative_error(model_s: float | None, measured_s: float | None) -> float | None:
+    """(model - measured) / measured, as in the reference record; None when either is missing."""
+    if model_s is None or not measured_s:
+        return None
+    return (model_s - measured_s) / measured_s
+
+
+def compare(prediction: Prediction, measured_steps: Steps, *,
+            last: int | None = None, interleave: int = 0,
+            paired: dict | None = None) -> Comparison:
+    """The prediction against the median of the measured steps 6-N (6-``last`` if given).
+
+    ``interleave`` says the passes alternated in blocks of that many steps;
+    ``paired_window`` gives both for a run. ``last`` needs step dicts: for a
+    stored pass, window it with ``stats.pass_stats(store, run, label, last=)``.
+    ``paired`` (``paired_medians``) replaces the measured medians it has.
+    """
+    if last is not None:
+        if isinstance(measured_steps, stats.PassStats):
+            raise TypeError("compare(last=) needs step dicts; window a stored pass with "
+                            "stats.pass_stats(..., last=)")
+        measured_steps = [s for s in stats.steady(measured_steps) if s["step"] <= last]
+    measured = _pass(measured_steps)
+    if not measured.steady:
+        raise ModelFitError("nothing to compare: the run has no steps")
+    paired = paired or {}
+    median_s = float(paired.get("step_s", measured.median_step_s))
+    phases: dict[str, float] = {p: paired.get(p, measured.phase_medians[p]) for p in SPLIT[:-1]}
+    phases["unclaimed"] = median_s - sum(phases.values())
+    tokens_per_s = (measured.median_tokens / median_s if measured.median_tokens and median_s > 0
+                    else measured.tokens_per_s)
+    return Comparison(
+        prediction=prediction, measured_s=median_s, iqr=measured.iqr_step_s,
+        steps=measured.steady, first_step=measured.first_step, last_step=measured.last_step,
+        measured_tokens_per_s=tokens_per_s or math.nan,
+        measured_phases=phases, interleave=interleave,
+        measured_compute_iqr=measured.fwd_bwd_iqr, paired="step_s" in paired,
+    )
+
+
+
+def format_seconds(s: float) -> str:
+    if s is None or not math.isfinite(s):
+        return "–"
+    return f"{s:.2f} s" if s >= 1 else f"{s * 1000:.1f} ms"
+
+
+def format_error(e: float | None) -> str:
+    if e is None or not math.isfinite(e):
+        return "–"
+    return f"{e * 100:+.1f} %"

@@ -1,0 +1,222 @@
+"""The model's form: its terms fitted from a baseline pass, and the prediction of any config.
+
+The form is in the package docstring (daemon/stepmodel/__init__.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from daemon import stats
+from daemon.errors import ModelFitError
+from daemon.stepmodel.shape import Shape
+
+#: The phases the model needs in the baseline, with the words its error uses.
+NEEDED = {
+    "fwd_bwd": "device compute (fwd_bwd)",
+    "upload": "upload",
+    "download": "download",
+    "host_optim": "host optimizer (host_optim)",
+    "device_optim": "device optimizer (device_optim)",
+}
+#: Phases that may be missing (taken as zero).
+OPTIONAL = ("wait",)
+#: The split's keys, in display order. ``unclaimed`` is the part of a step that
+#: no phase claimed (step_s minus the sum of the phases).
+SPLIT = ("fwd_bwd", "upload", "download", "host_optim", "device_optim", "wait", "unclaimed")
+
+
+#: A term whose source starts with this was not measured.
+ESTIMATED = "estimated"
+
+
+@dataclass(frozen=True)
+class Term:
+    """One fitted term: its value, what it is per, and where it came from."""
+
+    name: str
+    seconds: float
+    per: str  # "step", "offloaded layer", ...
+    source: str
+
+    @property
+    def estimated(self) -> bool:
+        return self.source.startswith(ESTIMATED)
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The model's terms, fitted from one baseline (and maybe one resident pass)."""
+
+    baseline: Shape
+    compute: Term  # T_dev: fwd_bwd per step at the baseline's tokens and layers
+    upload: Term  # u, per offloaded layer
+    download: Term  # d, per offloaded layer
+    host_optim: Term  # h, per offloaded layer
+    device_optim_fixed: Term  # g0: embed, norm and head
+    device_optim: Term  # g, per resident layer
+    wait: Term
+    unclaimed: Term
+    baseline_median_s: float
+    baseline_tokens: float  # median tokens per step the baseline reports
+    baseline_iqr: tuple[float, float]
+    compute_iqr: tuple[float, float] | None = None  # quartiles of the baseline's fwd_bwd
+    compute_steps: int = 0  # how many steps those quartiles and the medians are over
+
+    def all(self) -> list[Term]:
+        return [self.compute, self.upload, self.download, self.host_optim,
+                self.device_optim_fixed, self.device_optim, self.wait, self.unclaimed]
+
+    def as_dict(self) -> dict:
+        return {"baseline": asdict(self.baseline), "baseline_median_s": self.baseline_median_s,
+                "baseline_iqr_s": list(self.baseline_iqr),
+                "terms": [{**asdict(t), "estimated": t.estimated} for t in self.all()]}
+
+
+Steps = list[dict] | stats.PassStats  # a pass's decoded steps, or its aggregates
+
+
+def _pass(steps: Steps | None) -> stats.PassStats | None:
+    """A pass's numbers: ``stats.pass_stats`` from the store, or computed from step dicts."""
+    if steps is None or isinstance(steps, stats.PassStats):
+        return steps
+    return stats.PassStats.of_steps(list(steps))
+
+
+def _phase_medians(p: stats.PassStats, what: str) -> dict[str, float]:
+    """Median seconds of each phase over steps 6-N; ModelFitError when one is missing."""
+    for name, words in NEEDED.items():
+        have = p.phase_counts.get(name, 0)
+        if not have:
+            raise ModelFitError(f"cannot fit: the {what} has no {words} timings")
+        if have < p.steady:
+            raise ModelFitError(f"cannot fit: {p.steady - have} of the {what}'s "
+                                f"{p.steady} steady steps have no {words} timings")
+    return {ph: p.phase_medians[ph] for ph in (*NEEDED, *OPTIONAL)}
+
+
+def _range(p: stats.PassStats) -> str:
+    first, last = p.first_step, p.last_step
+    return f"median of steps {first}-{last}" if last > first else f"step {first}"
+
+
+def edge_params(config: dict | None) -> int | None:
+    """Parameters always on the cards (embedding, final norm, head) from a start config."""
+    if not config:
+        return None
+    vocab, hidden = config.get("vocab_size"), config.get("hidden_size")
+    if not isinstance(vocab, int) or not isinstance(hidden, int):
+        return None
+    return vocab * hidden * (1 if config.get("tied_head") else 2) + hidden
+
+
+def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
+        resident_steps: Steps | None = None, baseline_label: str = "baseline",
+        resident_label: str = "resident pass") -> Terms:
+    """Fit the terms from an all-offload baseline's steps (medians over steps 6-N).
+
+    Steps are a pass's step dicts or its ``stats.PassStats`` (``stats.pass_stats``:
+    what the store-reading functions below pass, at the same cost for any length).
+    ``baseline_config`` is the pass's start config: it fills in the shape when
+    the step records lack it. ``resident_steps`` (a pass with resident layers,
+    same hardware and model) gives the device optimizer's cost per layer;
+    without it that term is estimated and its source says so.
+    """
+    base = _pass(baseline_steps)
+    if not base.steps:
+        raise ModelFitError("cannot fit: the baseline has no steps")
+    try:
+        shape = Shape.of_step(base.last)
+    except ModelFitError:
+        if baseline_config is None:
+            raise
+        shape = Shape.of_config(baseline_config)
+    if shape.resident:
+        raise ModelFitError(f"cannot fit: the baseline has {shape.resident} resident layers; "
+                            "the model needs an all-offload baseline (0 resident)")
+    med = _phase_medians(base, "baseline")
+    median_s = float(base.median_step_s)
+    where = f"{baseline_label}, {_range(base)}"
+    off = shape.offloaded
+
+    host = Term("host_optim", med["host_optim"] / off, "offloaded layer", where)
+    resident = _pass(resident_steps)
+    if resident is not None and resident.steps:
+        rshape = Shape.of_step(resident.last)
+        if not rshape.resident:
+            raise ModelFitError(f"cannot fit: the {resident_label} has no resident layers")
+        rmed = _phase_medians(resident, resident_label)
+        per_layer = (rmed["device_optim"] - med["device_optim"]) / rshape.resident
+        device = Term("device_optim", max(per_layer, 0.0), "resident layer",
+                      f"{resident_label}, {_range(resident)}, less the baseline's embed and head")
+    else:
+        device = Term("device_optim", host.seconds, "resident layer",
+                      f"{ESTIMATED}: equal to the host optimizer per layer, "
+                      "for want of a resident pass")
+
+    return Terms(
+        baseline=shape,
+        compute=Term("fwd_bwd", med["fwd_bwd"], "step at the baseline's tokens and layers", where),
+        upload=Term("upload", med["upload"] / off, "offloaded layer", where),
+        download=Term("download", med["download"] / off, "offloaded layer", where),
+        host_optim=host,
+        device_optim_fixed=Term("device_optim_fixed", med["device_optim"],
+                                "step (embed, norm and head)", where),
+        device_optim=device,
+        wait=Term("wait", med["wait"], "step", where),
+        unclaimed=Term("unclaimed", median_s - sum(med.values()), "step",
+                       f"{baseline_label}: median step less the phases' medians"),
+        baseline_median_s=median_s,
+        baseline_tokens=base.median_tokens_or(shape.tokens),
+        baseline_iqr=base.iqr_step_s,
+        compute_iqr=base.fwd_bwd_iqr,
+        compute_steps=base.steady,
+    )
+
+
+
+# === Prediction ==============================================================
+
+
+@dataclass(frozen=True)
+class Prediction:
+    target: Shape
+    step_s: float
+    tokens: float  # per step
+    phases: dict  # SPLIT -> seconds
+    terms: Terms
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.step_s if self.step_s > 0 else math.nan
+
+    @property
+    def estimated_terms(self) -> list[str]:
+        """Terms that are estimates and that this prediction uses."""
+        used = [t for t in self.terms.all()
+                if not (t.name == "device_optim" and self.target.resident == 0)]
+        return [t.name for t in used if t.estimated]
+
+    def as_dict(self) -> dict:
+        return {"target": asdict(self.target), "step_s": self.step_s, "tokens": self.tokens,
+                "tokens_per_s": self.tokens_per_s, "phases": dict(self.phases),
+                "estimated_terms": self.estimated_terms, **self.terms.as_dict()}
+
+
+def predict(terms: Terms, target: Shape) -> Prediction:
+    """The step time of ``target`` from ``terms``: the form in the module docstring."""
+    b = terms.baseline
+    work = (target.tokens / b.tokens) * (target.layers / b.layers)
+    phases = {
+        "fwd_bwd": terms.compute.seconds * work,
+        "upload": terms.upload.seconds * target.offloaded,
+        "download": terms.download.seconds * target.offloaded,
+        "host_optim": terms.host_optim.seconds * target.offloaded,
+        "device_optim": terms.device_optim_fixed.seconds
+        + terms.device_optim.seconds * target.resident,
+        "wait": terms.wait.seconds,
+        "unclaimed": terms.unclaimed.seconds,
+    }
+    tokens = terms.baseline_tokens * target.tokens / b.tokens
+    return Prediction(target, sum(phases.values()), tokens, phases, terms)

@@ -1,0 +1,116 @@
+"""Whether a placement fits: card and host memory by the trainer's own accounting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daemon.stepmodel.shape import Shape, blocks
+
+#: Bytes per parameter on a card, by the trainer's placement (trainer/engine.py):
+#: a resident layer keeps its fp32 master, gradient and AdamW's two moments on
+#: the card; an offloaded layer keeps an fp32 compute copy and its gradient;
+#: embedding, norm and head are resident on their cards.
+RESIDENT_BYTES = 16
+OFFLOADED_BYTES = 8
+#: Card memory in GB by backend kind, where the kind fixes it (RNGD: 48 GB HBM3).
+CARD_GB = {"furiosa": 48.0}
+
+
+@dataclass(frozen=True)
+class MemoryCheck:
+    fits: bool
+    need_gb: list  # per card: parameters, gradients and optimizer state
+    card_gb: float | None
+    message: str
+
+
+def card_bytes(target: Shape, params_per_layer: int, edge: int = 0,
+               tied_head: bool = False) -> list[int]:
+    """Bytes of weights, gradients and optimizer state on each card (activations not counted)."""
+    out = []
+    for block in blocks(target.layers, target.cards):
+        r = min(target.resident_per_card, block)
+        n = params_per_layer * (RESIDENT_BYTES * r + OFFLOADED_BYTES * (block - r))
+        out.append(n)
+    if edge:
+        # The embedding on the first card; norm and head on the last (the first when tied).
+        if tied_head or target.cards == 1:
+            out[0] += RESIDENT_BYTES * edge
+        else:
+            out[0] += RESIDENT_BYTES * (edge // 2)
+            out[-1] += RESIDENT_BYTES * (edge - edge // 2)
+    return out
+
+
+def _gb(x: float) -> str:
+    return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
+
+
+def memory_check(target: Shape, *, params_per_layer: int | None, card_gb: float | None,
+                 edge: int = 0, tied_head: bool = False) -> MemoryCheck:
+    """Whether C x R resident layers fit in each card's memory by the trainer's accounting."""
+    if not params_per_layer:
+        return MemoryCheck(True, [], card_gb,
+                           "memory not checked: the baseline does not say its parameters per layer")
+    need = [b / 1e9 for b in card_bytes(target, params_per_layer, edge, tied_head)]
+    worst = max(range(len(need)), key=lambda c: need[c])
+    if card_gb is None:
+        return MemoryCheck(True, need, None, f"needs {_gb(need[worst])} GB on card {worst} "
+                           "(weights, gradients, AdamW state); no card memory limit known")
+    if need[worst] > card_gb:
+        return MemoryCheck(False, need, card_gb, (
+            f"{target.cards} x {target.resident_per_card} resident layers would not fit: card "
+            f"{worst} needs {_gb(need[worst])} GB for weights, gradients and AdamW state "
+            f"({RESIDENT_BYTES} B per resident and {OFFLOADED_BYTES} B per offloaded parameter, "
+            f"{params_per_layer:,} per layer), more than its {card_gb:g} GB"))
+    return MemoryCheck(True, need, card_gb, f"fits: card {worst} needs {_gb(need[worst])} GB "
+                       f"of {card_gb:g} GB before activations")
+
+
+#: Bytes per offloaded parameter in host memory (trainer/engine.py): its fp32
+#: master, gradient and AdamW's two moments.
+HOST_BYTES = 16
+#: Backend kinds whose "cards" are the host itself: their card bytes are host bytes too.
+HOST_PLAYS_CARD = ("cpu", "cpu-compiled", "cpu-perturbed")
+
+
+def host_bytes(target: Shape, params_per_layer: int, *, edge: int = 0, tied_head: bool = False,
+               host_plays_card: bool = False) -> int:
+    """Bytes of host memory the placement needs: offloaded layers' masters, gradients, moments.
+
+    When the host plays the cards (cpu backends) the cards' own bytes are host
+    memory as well. Activations and the process itself are not counted, as in
+    ``card_bytes``.
+    """
+    need = HOST_BYTES * params_per_layer * target.offloaded
+    if host_plays_card:
+        need += sum(card_bytes(target, params_per_layer, edge, tied_head))
+    return need
+
+
+def host_memory_check(target: Shape, *, params_per_layer: int | None, host_gb: float | None,
+                      edge: int = 0, tied_head: bool = False,
+                      host_plays_card: bool = False) -> MemoryCheck:
+    """Whether the host holds what the placement puts there, by the trainer's accounting."""
+    if not params_per_layer:
+        return MemoryCheck(True, [], host_gb,
+                           "host memory not checked: the baseline does not say its parameters "
+                           "per layer")
+    need = host_bytes(target, params_per_layer, edge=edge, tied_head=tied_head,
+                      host_plays_card=host_plays_card) / 1e9
+    what = "offloaded layers" + (" and the cards it plays" if host_plays_card else "")
+    if host_gb is None:
+        return MemoryCheck(True, [need], None,
+                           f"host needs {_gb(need)} GB for the {what}; no host limit known")
+    if need > host_gb:
+        return MemoryCheck(False, [need], host_gb,
+                           f"host would need {_gb(need)} GB for the {what}, more than its "
+                           f"{host_gb:g} GB")
+    return MemoryCheck(True, [need], host_gb,
+                       f"fits: host needs {_gb(need)} GB of {host_gb:g} GB for the {what}")
+
+
+def card_gb_for(backend: str | None) -> float | None:
+    """The card memory the backend fixes (None: no fixed limit, e.g. cpu)."""
+    first = str(backend or "cpu").split(",")[0].strip()
+    return CARD_GB.get(first.split(":")[0])

@@ -1,0 +1,174 @@
+"""The model for stored runs: a run against its own baseline, and configs that have not run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from daemon import stats
+from daemon.errors import ModelFitError
+from daemon.stepmodel.compare import Comparison, compare
+from daemon.stepmodel.fit import Prediction, Terms, edge_params, fit, predict
+from daemon.stepmodel.memory import (
+    HOST_PLAYS_CARD,
+    MemoryCheck,
+    card_gb_for,
+    host_memory_check,
+    memory_check,
+)
+from daemon.stepmodel.pairing import paired_medians, paired_window
+from daemon.stepmodel.shape import Shape, _extra
+from trainer.records import BASELINE, MAIN
+
+
+def _pass_config(store, run_id: int, label: str) -> dict | None:
+    for p in store.passes(run_id):
+        if p["config_label"] == label:
+            return p["config"]
+    return None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """An all-offload pass in the store: its numbers, start config and a label for sources."""
+
+    run_id: int
+    label: str  # the pass's config_label
+    stats: stats.PassStats  # stats.pass_stats: medians over steps 6-N, its newest step
+    config: dict
+
+    @property
+    def source(self) -> str:
+        return f"run {self.run_id} {self.label}"
+
+    @property
+    def backend(self) -> str:
+        return str(self.config.get("backend") or "cpu")
+
+
+def baseline_of(store, run_id: int) -> Baseline | None:
+    """The run's all-offload pass: its baseline pass, else its main pass if it has 0 resident."""
+    for label in (BASELINE, MAIN):
+        last = store.last_step(run_id, label)
+        if last is None:
+            continue
+        config = _pass_config(store, run_id, label) or {}
+        resident = _extra(last).get("resident_layers", config.get("resident_layers"))
+        if label == BASELINE or resident == 0:
+            return Baseline(run_id, label, stats.pass_stats(store, run_id, label), config)
+    return None
+
+
+def terms_for_run(store, run_id: int, *,
+                  baseline: stats.PassStats | None = None) -> Terms | None:
+    """Terms fitted from the run's own baseline pass; None when it has none.
+
+    ``baseline``: the pass's ``stats.pass_stats`` when the caller has it already.
+    """
+    if baseline is None:
+        if not store.pass_counts(run_id, BASELINE)[0]:
+            return None
+        baseline = stats.pass_stats(store, run_id, BASELINE)
+    if not baseline.steps:
+        return None
+    return fit(baseline, _pass_config(store, run_id, BASELINE),
+               baseline_label=f"run {run_id} baseline")
+
+
+def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
+            baseline: stats.PassStats | None = None) -> Comparison | None:
+    """The run's main pass against the model from its own baseline pass.
+
+    None when the run has no baseline pass or no main steps yet. Raises
+    ModelFitError when the baseline cannot give the terms. ``main`` and
+    ``baseline``: the passes' ``stats.pass_stats`` when the caller has them.
+    """
+    if main is None:
+        if not store.pass_counts(run_id, MAIN)[0]:
+            return None
+        main = stats.pass_stats(store, run_id, MAIN)
+    if not main.steps:
+        return None
+    if baseline is None:
+        if not store.pass_counts(run_id, BASELINE)[0]:
+            return None
+        baseline = stats.pass_stats(store, run_id, BASELINE)
+    terms = terms_for_run(store, run_id, baseline=baseline)
+    if terms is None:
+        return None
+    window = paired_window(_pass_config(store, run_id, MAIN), baseline)
+    measured, paired = main, None
+    if window:  # interleaved: the main steps that ran beside the baseline's, read as steps
+        last, block = window["last"], window["interleave"]
+        measured = stats.pass_stats(store, run_id, MAIN, last=last)
+        paired = paired_medians(store.steps_until(run_id, BASELINE, last),
+                                store.steps_until(run_id, MAIN, last), block)
+    return compare(predict(terms, Shape.of_step(main.last)), measured,
+                   interleave=window.get("interleave", 0), paired=paired)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What ``rngdctl model`` prints: a prediction and whether the config fits."""
+
+    baseline: Baseline
+    prediction: Prediction
+    memory: MemoryCheck
+    host_memory: MemoryCheck | None = None  # only when the caller gave the host's memory
+
+    def as_dict(self) -> dict:
+        out = {"baseline_run": self.baseline.run_id, "baseline_pass": self.baseline.label,
+               **self.prediction.as_dict(), "memory": asdict(self.memory)}
+        if self.host_memory is not None:
+            out["host_memory"] = asdict(self.host_memory)
+        return out
+
+
+def model_config(store, baseline_run: int, *, cards: int, resident: int,
+                 seq_len: int | None = None, accum: int | None = None,
+                 card_gb: float | None = None, resident_run: int | None = None,
+                 host_gb: float | None = None, check_host: bool = False) -> Answer:
+    """Predict a config that has not run, from a stored run's all-offload pass.
+
+    ``card_gb`` overrides the card memory the baseline's backend implies;
+    ``resident_run`` names a run whose main pass (with resident layers) gives
+    the device optimizer's cost per layer. With ``check_host`` the answer also
+    says whether the host holds the offloaded layers (``host_gb``: its memory,
+    None when unknown).
+    """
+    base = baseline_of(store, baseline_run)
+    if base is None:
+        raise ModelFitError(f"cannot fit: run {baseline_run} has no all-offload pass "
+                            "(submit it with --baseline, or with --resident 0)")
+    resident_steps = None
+    if resident_run is not None:
+        if not store.pass_counts(resident_run, MAIN)[0]:
+            raise ModelFitError(f"cannot fit: run {resident_run} has no main-pass steps")
+        resident_steps = stats.pass_stats(store, resident_run, MAIN)
+    terms = fit(base.stats, base.config, resident_steps=resident_steps,
+                baseline_label=base.source, resident_label=f"run {resident_run} main")
+    b = terms.baseline
+    target = Shape(layers=b.layers, cards=cards, resident_per_card=resident,
+                   accum=accum or b.accum, seq_len=seq_len or b.seq_len,
+                   micro_batch=b.micro_batch)
+    config = base.config
+    ppl = _extra(base.stats.last).get("params_per_layer") or config.get("params_per_layer")
+    memory = memory_check(target, params_per_layer=ppl,
+                          card_gb=card_gb if card_gb is not None else card_gb_for(base.backend),
+                          edge=edge_params(config) or 0, tied_head=bool(config.get("tied_head")))
+    host = None
+    if check_host:
+        kind = base.backend.split(",")[0].split(":")[0].strip()
+        host = host_memory_check(target, params_per_layer=ppl, host_gb=host_gb,
+                                 edge=edge_params(config) or 0,
+                                 tied_head=bool(config.get("tied_head")),
+                                 host_plays_card=kind in HOST_PLAYS_CARD)
+    return Answer(base, predict(terms, target), memory, host)
+
+
+def hardware_of(store, run_id: int) -> str:
+    """What the run ran on, for the step-model table: backend kind and host."""
+    config = _pass_config(store, run_id, MAIN) or {}
+    kinds = [b.split(":")[0].strip() for b in str(config.get("backend") or "cpu").split(",")]
+    host = store.run(run_id).get("host")
+    kind = kinds[0] if len(set(kinds)) == 1 else "+".join(kinds)
+    return f"{kind} ({host})" if host else kind

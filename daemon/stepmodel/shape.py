@@ -1,0 +1,104 @@
+"""Shapes: a training config as the step-time model sees it, and the trainer's placement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daemon.errors import BadInput, ModelFitError
+
+
+def _extra(step: dict) -> dict:
+    """The step's extra keys: the store's ``extra`` column, or top-level keys of raw JSON."""
+    extra = step.get("extra")
+    return extra if isinstance(extra, dict) else step
+
+
+def blocks(layers: int, cards: int) -> list[int]:
+    """Layers per card: contiguous blocks as even as possible, extras on the first cards.
+
+    The trainer's placement (trainer/engine.py ``_block``), mirrored torch-free.
+    """
+    base, extra = divmod(layers, cards)
+    return [base + (1 if c < extra else 0) for c in range(cards)]
+
+
+def check_placement(layers: int, cards: int, resident_per_card: int) -> None:
+    """Refuse a placement the trainer cannot make (BadInput); never clamp it.
+
+    One rule for ``submit``, ``model`` and the trainer (trainer/engine.py
+    ``Placement.plan`` refuses the same configs with the same words): every card
+    needs a layer, and a card cannot keep more layers resident than its block holds.
+    """
+    if cards > layers:
+        raise BadInput(f"{cards} cards for {layers} layers: every card needs a layer")
+    most = min(blocks(layers, cards))
+    if resident_per_card > most:
+        raise BadInput(
+            f"{resident_per_card} resident layers per card is more than the {most} "
+            f"layers a card holds ({layers} layers on {cards} cards)")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A training config as the step-time model sees it; one that cannot exist is BadInput."""
+
+    layers: int
+    cards: int = 1
+    resident_per_card: int = 0
+    accum: int = 1
+    seq_len: int = 64
+    micro_batch: int = 1
+
+    def __post_init__(self):
+        if self.layers < 1 or self.cards < 1 or self.accum < 1 or self.seq_len < 1 \
+                or self.micro_batch < 1 or self.resident_per_card < 0:
+            raise BadInput(f"not a config the model can price: {self.describe()}")
+        check_placement(self.layers, self.cards, self.resident_per_card)
+
+    @property
+    def resident(self) -> int:
+        return self.cards * self.resident_per_card
+
+    @property
+    def offloaded(self) -> int:
+        return self.layers - self.resident
+
+    @property
+    def tokens(self) -> int:
+        """Token positions per optimizer step (padding included: the device computes it)."""
+        return self.micro_batch * self.seq_len * self.accum
+
+    def describe(self) -> str:
+        return (f"{self.cards} card{'s' if self.cards != 1 else ''} x {self.resident_per_card} "
+                f"resident of {self.layers} layers, seq {self.seq_len}, accum {self.accum}"
+                + (f", micro-batch {self.micro_batch}" if self.micro_batch != 1 else ""))
+
+    @classmethod
+    def of_steps(cls, steps: list[dict]) -> Shape:
+        """The shape a pass's step records declare (their extra keys)."""
+        return cls.of_step(steps[-1] if steps else None)
+
+    @classmethod
+    def of_step(cls, step: dict | None) -> Shape:
+        """The shape one step record (a pass's newest) declares."""
+        if not step:
+            raise ModelFitError("cannot fit: the pass has no steps")
+        extra = _extra(step)
+        missing = [k for k in ("layers", "cards", "resident_per_card", "seq_len", "accum")
+                   if not isinstance(extra.get(k), int)]
+        if missing:
+            raise ModelFitError(f"cannot fit: the step records lack {', '.join(missing)}")
+        return cls(layers=extra["layers"], cards=extra["cards"],
+                   resident_per_card=extra["resident_per_card"], accum=extra["accum"],
+                   seq_len=extra["seq_len"], micro_batch=int(extra.get("micro_batch") or 1))
+
+    @classmethod
+    def of_config(cls, config: dict) -> Shape:
+        """The shape a pass's start config declares."""
+        missing = [k for k in ("layers", "cards", "resident_layers", "seq_len", "accum")
+                   if not isinstance(config.get(k), int)]
+        if missing:
+            raise ModelFitError(f"cannot fit: the pass's config lacks {', '.join(missing)}")
+        return cls(layers=config["layers"], cards=config["cards"],
+                   resident_per_card=config["resident_layers"], accum=config["accum"],
+                   seq_len=config["seq_len"], micro_batch=int(config.get("micro_batch") or 1))
