@@ -14,7 +14,6 @@ No SQL here: the store's ``daemon_state`` gives the row.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import asdict, dataclass
 
@@ -103,7 +102,7 @@ def read(row: dict | None, tick: float, now: float | None = None, *,
     probe = row.get("pid") is not None and _same_path(row.get("home"), home)
     pid_gone = probe and not (pid_alive or _pid_alive)(row["pid"])
     heartbeat = row.get("heartbeat")
-    fresh = heartbeat is not None and now - heartbeat <= max(STALE_TICKS * tick, MIN_STALE_S)
+    fresh = heartbeat is not None and now - heartbeat <= stale_after(tick)
     if fresh and not pid_gone:
         return Liveness(ALIVE, **common)
     return Liveness(DOWN, pid_gone=pid_gone, **common)
@@ -112,23 +111,21 @@ def read(row: dict | None, tick: float, now: float | None = None, *,
 def for_home(home, store, now: float | None = None) -> Liveness:
     """``read`` with the home's configured tick (the default one if config.toml is bad:
     saying whether a daemon runs must not fail on a config error)."""
+    from daemon.replicas import leader_elsewhere
+
     # Under leader election the leader may run in another pod on this home's volume:
     # its pid is in another PID namespace, so only its heartbeat tells.
-    here = home.path if not _leader_elsewhere(store.replicas()) else None
-    return read(store.daemon_state(), _tick(home), now, home=here)
+    here = home.path if not leader_elsewhere(store.replicas()) else None
+    return read(store.daemon_state(), tick_of(home), now, home=here)
 
 
-def _leader_elsewhere(rows: list[dict]) -> bool:
-    host = socket.gethostname()
-    return any(r["role"] == "leader" and r["identity"].rsplit("/", 1)[0] != host for r in rows)
+def stale_after(tick: float) -> float:
+    """Seconds without a heartbeat after which a daemon (or a replica) counts as gone."""
+    return max(STALE_TICKS * tick, MIN_STALE_S)
 
 
-def replicas_for_home(home, store, now: float | None = None) -> str | None:
-    """``replicas_line`` for the home's store, with its configured tick."""
-    return replicas_line(store.replicas(), _tick(home), now)
-
-
-def _tick(home) -> float:
+def tick_of(home) -> float:
+    """The home's configured tick; the default one when config.toml is unreadable."""
     from daemon.errors import ConfigError
 
     try:
@@ -166,27 +163,3 @@ def ago(seconds: float) -> str:
     if s < 5400:
         return f"{s / 60:.0f} m"
     return f"{s / 3600:.1f} h"
-
-
-def replicas_line(rows: list[dict], tick: float, now: float | None = None, *,
-                  here: str | None = None) -> str | None:
-    """Under leader election: the live replicas and their roles, in one line; else None.
-
-    ``rows`` is ``Store.replicas()``; ``here`` is this host's name (a pod's
-    name), so a command run beside a replica says which one it is next to.
-    """
-    now = time.time() if now is None else now
-    stale = max(STALE_TICKS * tick, MIN_STALE_S)
-    live = [r for r in rows if now - r["heartbeat"] <= stale]
-    if not live:
-        return None
-    here = socket.gethostname() if here is None else here
-    parts = []
-    for r in sorted(live, key=lambda r: (r["role"] != "leader", r["identity"])):
-        mark = " (this pod)" if r["identity"].rsplit("/", 1)[0] == here else ""
-        parts.append(f"{r['role']} {r['identity']}{mark}")
-    line = "daemon replicas: " + ", ".join(parts)
-    if any(r["role"] == "standby" for r in live):
-        line += ("; a standby serves reads and launches nothing until the leader's Lease "
-                 "expires")
-    return line

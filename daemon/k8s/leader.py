@@ -29,9 +29,9 @@ import datetime as dt
 import logging
 import math
 import os
-import socket
 import time
 
+from daemon import replicas
 from daemon.k8s import jobspec
 from daemon.k8s.client import K8sClient, K8sConflict, K8sError, K8sRejected
 
@@ -42,8 +42,7 @@ API_VERSION = "coordination.k8s.io/v1"
 
 def identity() -> str:
     """This replica's holder identity: its pod's name (the hostname in a pod) and pid."""
-    host = os.environ.get("POD_NAME") or socket.gethostname()
-    return f"{host}/{os.getpid()}"
+    return f"{replicas.here()}/{os.getpid()}"
 
 
 def micro_time(t: float) -> str:

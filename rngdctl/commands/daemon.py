@@ -101,7 +101,7 @@ def _elector(launcher, config):
 
 def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) -> dict:
     """Read the probes now and evaluate every gate for the head of the queue."""
-    from daemon import gates, liveness
+    from daemon import gates, liveness, replicas
     from daemon.probes import read_host
 
     config = _k8s_overrides(home.config(), **k8s_flags)
@@ -117,7 +117,7 @@ def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) 
         result = gates.evaluate(host=host, cluster=cluster, cards=need,
                                 active=store.active_runs(), load_max=config.gates.load_max)
         live = liveness.for_home(home, store)
-        replicas = liveness.replicas_for_home(home, store)
+        leads = replicas.for_home(home, store)
     return {
         "run": head["id"] if head else None,
         "cards": need,
@@ -127,7 +127,7 @@ def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) 
         "visibility": host.visibility_note,
         "daemon": live.as_dict(),
         "daemon_summary": live.summary(),
-        "replicas": replicas,
+        "replicas": leads.as_dict(),
     }
 
 
@@ -168,7 +168,7 @@ def _print_gates(reading: dict) -> None:
         for line in more:
             click.echo(f"{'':>42}{line}")
     click.echo(f"  ({reading['visibility']})")
-    if reading["replicas"]:
-        click.echo(f"  {reading['replicas']}")
+    if reading["replicas"]["text"]:
+        click.echo(f"  {reading['replicas']['text']}")
     if reading["daemon_summary"]:
         click.echo(f"  {reading['daemon_summary']}: nothing launches until a daemon starts")

@@ -121,7 +121,7 @@ def runs(home, as_json, show_all):
 
     Example: rngdctl runs --json
     """
-    from daemon import liveness
+    from daemon import liveness, replicas
     from daemon.estimate import queue_estimates
     from daemon.store import ACTIVE
 
@@ -130,7 +130,7 @@ def runs(home, as_json, show_all):
         rows = store.runs(limit=None if show_all else 50)
         counts = {r["id"]: store.step_counts(r["id"]) for r in rows}
         live = liveness.for_home(home, store, now)
-        replicas = liveness.replicas_for_home(home, store, now)
+        leads = replicas.for_home(home, store, now).line()
         estimates = {e.run_id: e for e in queue_estimates(store, now)}
 
     def as_of(run: dict) -> float | None:
@@ -143,8 +143,8 @@ def runs(home, as_json, show_all):
                        else {})} for r in rows])
         return
     stale = [r for r in rows if as_of(r) is not None]
-    if replicas:
-        click.echo(replicas)
+    if leads:
+        click.echo(leads)
     if not live.running:
         click.echo(live.summary(now) + ("; a status marked * is as of then" if stale else ""))
     if not rows:
@@ -259,13 +259,14 @@ def show(home, as_json, run_ref):
 
     Example: rngdctl show 3
     """
-    from daemon import liveness
+    from daemon import liveness, replicas
     from daemon.store import FINISHED
 
     now = time.time()
     with home.store() as store:
         live = liveness.for_home(home, store, now)
         details = run_details(store, run_ref, live)
+        details["replicas"] = replicas.for_home(home, store, now).as_dict()
     if as_json:
         echo_json(details)
         return
@@ -273,6 +274,8 @@ def show(home, as_json, run_ref):
     c = run["config"]
     click.echo(f"run {run['id']}" + (f" ({run['name']})" if run["name"] else "")
                + f": {run['status']}" + (f", attempt {run['attempts']}" if run["attempts"] else ""))
+    if details["replicas"]["text"]:
+        click.echo(f"  {details['replicas']['text']}")
     if not live.running:
         click.echo(f"  {live.summary(now)}"
                    + ("" if run["status"] in FINISHED else ": this status is as of then"))

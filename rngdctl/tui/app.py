@@ -54,6 +54,7 @@ from rngdctl.tui.widgets import (
     LogScreen,
     OverlayScreen,
     QueuePanel,
+    ReplicasBar,
     RunDetailScreen,
 )
 
@@ -149,6 +150,7 @@ class RngdApp(WriteActions, App[None]):
 
     def compose(self) -> ComposeResult:
         yield DaemonBar(id="daemon-bar")
+        yield ReplicasBar(id="replicas-bar")
         with VerticalScroll(id="body"):
             with Horizontal(id="top"):
                 yield CurrentRunPanel(id="current")
@@ -211,6 +213,7 @@ class RngdApp(WriteActions, App[None]):
         self.snapshot = snapshot = message.snapshot
         self.refresh_error = None
         self._show_bar()
+        self.query_one(ReplicasBar).show(snapshot.replicas)
         self.query_one(CurrentRunPanel).show(snapshot.current, snapshot.now)
         self.query_one(GatesPanel).show(snapshot.gates, snapshot.now)
         self.query_one(QueuePanel).show(snapshot.queue, self.filter_text, snapshot.now)

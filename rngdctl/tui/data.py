@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon import holders as holders_mod
 from daemon import liveness, stats, stepmodel
+from daemon import replicas as replicas_mod
 from daemon.errors import RngdctlError
 from daemon.gates import NODES, node_verdicts
 from daemon.series import SERIES_CHUNK
@@ -187,6 +188,8 @@ class Snapshot:
     daemon_events: tuple[EventRow, ...] = ()
     #: What to ring the bell for: the `notify` events stored since the last refresh.
     notices: tuple[Notice, ...] = ()
+    #: Under leader election: which replica leads, and the standbys (daemon/replicas.py).
+    replicas: replicas_mod.Replicas = field(default_factory=replicas_mod.Replicas)
 
 
 # === The step model, where it exists =========================================
@@ -302,6 +305,7 @@ class ViewSource:
             holders_time=holders_time,
             daemon_events=self.daemon_events(),
             notices=self.notices(),
+            replicas=replicas_mod.read(self.store, self.tick, now),
         )
 
     def notices(self) -> tuple[Notice, ...]:

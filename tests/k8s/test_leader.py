@@ -8,6 +8,7 @@ monotonic clock, as two pods would.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ import pytest
 from k8s_emulator import LEASES, NS
 from k8s_support import Clock, tick_until_launched
 
-from daemon import liveness
+from daemon import liveness, replicas
 from daemon.ingest import Ingest
 from daemon.k8s.client import K8sConflict
 from daemon.k8s.leader import LeaderElector
@@ -79,8 +80,9 @@ def test_of_two_daemons_only_the_lease_holder_launches_and_the_standby_says_so(
     assert set(b.daemon.launcher.client.calls) == {"read_lease"}
     assert {r["identity"]: r["role"] for r in store.replicas()} == {"a/1": "leader",
                                                                     "b/1": "standby"}
-    line = liveness.replicas_line(store.replicas(), 5.0, now=T0 + 4, here="b")
-    assert line.startswith("daemon replicas: leader a/1, standby b/1 (this pod); a standby")
+    line = replicas.read(store, 5.0, now=T0 + 4, host="b").line()
+    assert line.startswith("daemon: leader a/1 since ")
+    assert ", standby b/1 (this pod) (heartbeat 1 s ago); the standby serves reads" in line
 
 
 def test_the_standby_takes_over_when_the_leader_stops_renewing(replica, cluster, store,
@@ -173,8 +175,9 @@ def test_runs_names_the_replicas_and_the_standby(rngdctl, store):
                       leader="rngdctl-daemon-7f-aaaaa/1", pid=1, now=now)
     code, out, err = rngdctl("runs")
     assert code == 0, err
-    assert ("daemon replicas: leader rngdctl-daemon-7f-aaaaa/1, standby rngdctl-daemon-7f-bbbbb/1;"
-            " a standby serves reads and launches nothing") in out
+    assert re.search(r"^daemon: leader rngdctl-daemon-7f-aaaaa/1, standby "
+                     r"rngdctl-daemon-7f-bbbbb/1 \(heartbeat \d+ s ago\); the standby serves "
+                     r"reads and launches nothing", out, re.MULTILINE), out
 
 
 @pytest.mark.parametrize("config_text, message", [

@@ -12,13 +12,14 @@ from rngdctl.tui.widgets.holders import HoldersPanel
 from rngdctl.tui.widgets.log_tail import LogScreen
 from rngdctl.tui.widgets.overlay import OverlayScreen
 from rngdctl.tui.widgets.queue import QueuePanel
+from rngdctl.tui.widgets.replicas import ReplicasBar
 from rngdctl.tui.widgets.run_detail import RunDetailScreen
 from rngdctl.tui.widgets.run_plots import RunPlots
 from rngdctl.tui.widgets.series_plot import SeriesPlot
 from rngdctl.tui.widgets.submit_form import SubmitScreen
 
 __all__ = [
-    "ConfirmScreen", "CurrentRunPanel", "DaemonBar", "EventsPanel", "FilterBar", "GatesPanel", "HelpScreen",
-    "HistoryPanel", "HoldersPanel", "LogScreen", "OverlayScreen", "QueuePanel", "RunDetailScreen", "RunPlots",
-    "SeriesPlot", "SubmitScreen",
+    "ConfirmScreen", "CurrentRunPanel", "DaemonBar", "EventsPanel", "FilterBar", "GatesPanel",
+    "HelpScreen", "HistoryPanel", "HoldersPanel", "LogScreen", "OverlayScreen", "QueuePanel",
+    "ReplicasBar", "RunDetailScreen", "RunPlots", "SeriesPlot", "SubmitScreen",
 ]
