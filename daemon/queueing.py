@@ -2,7 +2,7 @@
 
 Library functions behind ``submit --after/--priority``, ``edit``, ``clone``
 and ``wait``; the click commands are thin over them. SQL stays in
-``daemon/store.py``; run configs are validated by ``daemon/runspec.py``.
+``daemon/store/``; run configs are validated by ``daemon/runspec.py``.
 """
 
 from __future__ import annotations

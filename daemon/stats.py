@@ -242,7 +242,7 @@ class SteadyMedians:
 
 # === A pass's numbers from the store's aggregates ============================
 # What summarize, drift, loss_table, stepmodel.fit and stepmodel.compare need,
-# from order statistics that SQLite reads off its indexes (daemon/store.py
+# from order statistics that SQLite reads off its indexes (daemon/store/aggregates.py
 # "step aggregates"): the same numbers as the functions above over a pass's
 # decoded steps (tests check they agree on random runs), at a cost that does
 # not grow with the run.
@@ -508,7 +508,7 @@ def live_loss_table(store, run_id: int, label: str, total_steps: int) -> list[Lo
 
 # === Sealed: a finished run's numbers, computed once =========================
 # A run that has ended does not change, so its numbers are computed when it
-# ends and stored (daemon/store.py "sealed aggregates"): afterwards show, the
+# ends and stored (daemon/store/aggregates.py "sealed aggregates"): afterwards show, the
 # note, model and the TUI read one row whatever the run's length. A step
 # stored later makes the row stale, and the readers above compute again.
 

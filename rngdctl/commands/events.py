@@ -82,18 +82,18 @@ def events(home, run_ref, since, follow, as_json):
     with home.store() as store:
         run_id = store.run(run_ref)["id"] if run_ref else None
         last = None
-        for event in store.event_log(run_id=run_id, since=since_t):
+        for event in store.events(run_id=run_id, since=since_t, order="stored"):
             click.echo(show(event))
             last = event["id"]
         if not follow:
             return
         if last is None:
-            newest = store.event_log(limit=1)
-            last = newest[0]["id"] if newest else 0
+            last = store.last_event_id()
         try:
             while True:
                 time.sleep(FOLLOW_POLL)
-                for event in store.event_log(run_id=run_id, since=since_t, after_id=last):
+                for event in store.events(run_id=run_id, since=since_t, after_id=last,
+                                          order="stored"):
                     click.echo(show(event))
                     last = event["id"]
         except KeyboardInterrupt:

@@ -1,6 +1,8 @@
-"""The layering, read from the source: which packages may import which heavy libraries."""
+"""The layering, read from the source: which packages may import which heavy libraries,
+and the one package that writes SQL."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,40 @@ def test_heavy_libraries_are_imported_only_where_they_belong(library, allowed):
 def test_the_contract_and_the_trainer_package_import_no_torch():
     for name in ("trainer/__init__.py", "trainer/records.py"):
         assert not imports(REPO / name) & {"torch", "transformers"}
+
+
+# The statements and calls that are SQL: a string that starts like a statement, or a
+# connection's execute. Only the store package (daemon/store/) may hold them.
+SQL_STATEMENT = re.compile(
+    r"\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|PRAGMA|BEGIN|COMMIT|ROLLBACK|WITH)\s")
+SQL_CALLS = {"execute", "executemany", "executescript"}
+
+
+def sql_written(path: Path) -> list[int]:
+    """Lines of ``path`` that write SQL: a statement's text, an execute, a sqlite3.connect."""
+    def is_sql(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and bool(SQL_STATEMENT.match(node.value))
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            return False
+        return node.func.attr in SQL_CALLS or (
+            node.func.attr == "connect" and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "sqlite3")
+
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return sorted(node.lineno for node in ast.walk(tree) if is_sql(node))
+
+
+def test_sql_is_written_only_in_the_store_package():
+    sources = SOURCES + sorted((REPO / "bench").rglob("*.py"))
+    offenders = {str(p.relative_to(REPO)): lines for p in sources
+                 if not str(p.relative_to(REPO)).startswith("daemon/store/")
+                 and (lines := sql_written(p))}
+    assert offenders == {}
+
+
+def test_the_sql_rule_sees_a_query_written_outside_the_store(tmp_path):
+    stray = tmp_path / "stray.py"
+    stray.write_text('import sqlite3\nconn = sqlite3.connect("x.db")\n'
+                     'rows = conn.execute(f"SELECT * FROM runs WHERE id = {1}")\n')
+    assert sql_written(stray) == [2, 3, 3]

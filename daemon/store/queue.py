@@ -1,0 +1,122 @@
+"""The queue a researcher drives (issue 14): --after and priority, restart, the
+evidence automatic retry weighs, and the estimates of a queued run's start and end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from daemon.store.codec import _json
+from daemon.store.connection import Connection
+from daemon.store.runs import CANCELLED, DONE, FINISHED, QUEUED
+
+
+class Queue(Connection):
+    """Dependencies, priority, restarts and estimates."""
+
+    # === dependencies and priority (issue 14) ================================
+
+    def cancel_broken_dependents(self, *, now: float | None = None) -> list[tuple[int, str]]:
+        """Cancel queued runs whose --after run ended other than done, with the reason.
+
+        Chains follow in the same call (C after B after A: A failed cancels B, then
+        C). Returns (run id, reason) of each run cancelled.
+        """
+        now = time.time() if now is None else now
+        cancelled: list[tuple[int, str]] = []
+        while True:
+            rows = self.conn.execute(
+                "SELECT r.id, d.id, d.status, d.exit_reason FROM runs r"
+                " JOIN runs d ON d.id = r.after_run WHERE r.status = ? AND d.status IN"
+                f" ({','.join('?' * len(FINISHED))}) AND d.status != ?",
+                (QUEUED, *FINISHED, DONE)).fetchall()
+            if not rows:
+                return cancelled
+            for run_id, dep, status, why in rows:
+                first = (why or "").splitlines()[0] if why else ""
+                reason = (f"run {dep}, which this run waits for (--after), ended {status}"
+                          + (f": {first}" if first else ""))
+                changed = self.conn.execute(
+                    "UPDATE runs SET status = ?, ended = ?, exit_reason = ? "
+                    "WHERE id = ? AND status = ?", (CANCELLED, now, reason, run_id, QUEUED)
+                ).rowcount
+                if changed:
+                    self.add_event(run_id, "dependency", reason, data={"after": dep},
+                                   now=now)
+                    cancelled.append((run_id, reason))
+
+    def set_priority(self, run_id: int, priority: int) -> None:
+        self.update_run(run_id, priority=priority)
+
+    def replace_queued_config(self, run_id: int, config: dict) -> bool:
+        """A queued run's new config (and name, which the config carries); False if it left."""
+        return bool(self.conn.execute(
+            "UPDATE runs SET config = ?, name = ? WHERE id = ? AND status = ?",
+            (_json(config), config.get("name"), run_id, QUEUED)).rowcount)
+
+    # === restart (issue 14) ==================================================
+
+    def restarts_of(self, run_id: int) -> list[int]:
+        """Runs restarted from ``run_id`` (``rngdctl restart``), oldest first."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT id FROM runs WHERE restart_of = ? ORDER BY id", (run_id,)).fetchall()]
+
+    def failed_not_restarted(self, statuses: Iterable[str]) -> list[dict]:
+        """Ended runs in ``statuses`` that no run was restarted from yet, oldest first."""
+        statuses = list(statuses)
+        return self._rows(
+            f"SELECT * FROM runs r WHERE status IN ({','.join('?' * len(statuses))})"
+            " AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.restart_of = r.id) ORDER BY id",
+            statuses)
+
+    # === retry evidence (issue 14, daemon/retry.py) ===========================
+
+    def image_pulled_before(self, image: str, *, default_image: str | None = None
+                            ) -> float | None:
+        """When a pod of ours last ran ``image`` (a run with a digest) or pulled it (a pre-pull).
+
+        ``default_image``: the image of runs whose config names none.
+        """
+        ran = self.conn.execute(
+            "SELECT MAX(COALESCE(started, created)) FROM runs WHERE image_digest IS NOT NULL"
+            " AND COALESCE(json_extract(config, '$.image'), ?) = ?",
+            (default_image, image)).fetchone()[0]
+        pulled = self.conn.execute(
+            "SELECT MAX(time) FROM events WHERE kind = 'prepull'"
+            " AND json_extract(data, '$.pulled') = ?", (image,)).fetchone()[0]
+        times = [t for t in (ran, pulled) if t is not None]
+        return max(times) if times else None
+
+    # === estimates (issue 14) ================================================
+
+    def queued_without_estimate(self) -> set[int]:
+        rows = self.conn.execute(
+            "SELECT id FROM runs WHERE status = ? AND id NOT IN (SELECT run_id FROM estimates)",
+            (QUEUED,)).fetchall()
+        return {r[0] for r in rows}
+
+    def add_estimate(self, run_id: int, *, made: float, position: int, start: float,
+                     end: float, basis: str) -> int:
+        """Keep a queued run's first estimate (a later one is ignored); 1 if stored."""
+        return self.conn.execute(
+            "INSERT OR IGNORE INTO estimates (run_id, made, position, start, end, basis)"
+            " VALUES (?, ?, ?, ?, ?, ?)", (run_id, made, position, start, end, basis)).rowcount
+
+    def estimate(self, run_id: int) -> dict | None:
+        rows = self._rows("SELECT * FROM estimates WHERE run_id = ?", [run_id])
+        return rows[0] if rows else None
+
+    def estimates(self) -> list[dict]:
+        """Every stored estimate with its run's status, oldest run first."""
+        return self._rows("SELECT e.*, r.status, r.started, r.ended FROM estimates e"
+                          " JOIN runs r ON r.id = e.run_id ORDER BY e.run_id")
+
+    def _settle_estimate(self, run_id: int) -> None:
+        # estimated - actual, in seconds: positive when the run started or ended earlier
+        # than estimated. A run that never started keeps no start or end error.
+        self.conn.execute(
+            "UPDATE estimates SET"
+            " start_error = start - (SELECT started FROM runs WHERE id = ?),"
+            " end_error = end - (SELECT ended FROM runs WHERE id = ?)"
+            " WHERE run_id = ? AND (SELECT started FROM runs WHERE id = ?) IS NOT NULL",
+            (run_id, run_id, run_id, run_id))

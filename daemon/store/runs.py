@@ -1,0 +1,179 @@
+"""Runs and their states: the queue's order, the launch claim, cancel, hold and move."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from daemon.errors import NoSuchRun
+from daemon.store.codec import _JSON_COLUMNS, _as_run_id, _is_utf8, _json
+from daemon.store.connection import Connection
+
+#: Run states. A run moves queued -> launching -> running -> one of FINISHED.
+QUEUED, LAUNCHING, RUNNING = "queued", "launching", "running"
+DONE, FAILED, OOM, TIMEOUT, CANCELLED = "done", "failed", "oom", "timeout", "cancelled"
+ACTIVE = (LAUNCHING, RUNNING)
+FINISHED = (DONE, FAILED, OOM, TIMEOUT, CANCELLED)
+STATUSES = (QUEUED, *ACTIVE, *FINISHED)
+
+
+class Runs(Connection):
+    """The runs table."""
+
+    def add_run(self, config: dict, *, name: str | None = None, now: float | None = None,
+                after: int | None = None, priority: int = 0, notify: str | None = None,
+                restart_of: int | None = None) -> int:
+        """Queue a run at the back of the queue (of its priority); returns its id."""
+        now = time.time() if now is None else now
+        with self._transaction():
+            position = self.conn.execute(
+                "SELECT COALESCE(MAX(position), 0) + 1 FROM runs"
+            ).fetchone()[0]
+            cursor = self.conn.execute(
+                "INSERT INTO runs (name, status, config, position, created, after_run, priority,"
+                " notify, restart_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, QUEUED, _json(config), position, now, after, priority, notify,
+                 restart_of),
+            )
+        return int(cursor.lastrowid)
+
+    def run(self, ref: int | str) -> dict:
+        """A run by id, or by name (the newest of that name)."""
+        rows: list[dict] = []
+        run_id = _as_run_id(ref)
+        if run_id is not None:
+            rows = self._rows("SELECT * FROM runs WHERE id = ?", [run_id])
+        if not rows and _is_utf8(str(ref)):  # a name from undecodable bytes names no run
+            rows = self._rows("SELECT * FROM runs WHERE name = ? ORDER BY id DESC LIMIT 1",
+                              [str(ref)])
+        if not rows:
+            raise NoSuchRun(f"no run {ref!r}")
+        return rows[0]
+
+    def runs(self, statuses: Iterable[str] | None = None, *, limit: int | None = None) -> list[dict]:
+        """Runs, newest first."""
+        sql = "SELECT * FROM runs"
+        params: list = []
+        if statuses is not None:
+            statuses = list(statuses)
+            sql += f" WHERE status IN ({','.join('?' * len(statuses))})"
+            params += statuses
+        sql += " ORDER BY id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return self._rows(sql, params)
+
+    def queue(self, *, include_held: bool = True) -> list[dict]:
+        """Queued runs in launch order: higher priority first, then by position."""
+        sql = "SELECT * FROM runs WHERE status = ?"
+        if not include_held:
+            sql += " AND held = 0"
+        return self._rows(sql + " ORDER BY priority DESC, position, id", [QUEUED])
+
+    def head_of_queue(self) -> dict | None:
+        """The first queued run that may launch: not held, and its --after run done."""
+        rows = self._rows(
+            "SELECT r.* FROM runs r LEFT JOIN runs d ON d.id = r.after_run"
+            " WHERE r.status = ? AND r.held = 0 AND (r.after_run IS NULL OR d.status = ?)"
+            " ORDER BY r.priority DESC, r.position, r.id LIMIT 1", [QUEUED, DONE])
+        return rows[0] if rows else None
+
+    def active_runs(self) -> list[dict]:
+        return self.runs(ACTIVE)
+
+    def update_run(self, run_id: int, **fields: Any) -> None:
+        if not fields:
+            return
+        values = [_json(v) if k in _JSON_COLUMNS else v for k, v in fields.items()]
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        self.conn.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*values, run_id))
+
+    def claim_for_launch(self, run_id: int, *, launcher: str, node: str | None = None,
+                         per_node: int = 1, now: float | None = None) -> bool:
+        """queued -> launching, atomically, only where there is room; False when refused.
+
+        ``node`` None: the whole host is one place, and any active run refuses
+        the claim (one run at a time: the local launcher, one Kubernetes node).
+        ``node`` named: refused while ``per_node`` runs are active on that node
+        (an active run whose node is not known counts as on every node). Only a
+        queued, unheld run is claimed, so a run is launched once per claim: a
+        second claim of it (a second daemon, a stale reading) is refused. One
+        write transaction: two claimers, in one process or two, cannot both win.
+        The node is stored with the claim, so a restart knows where it went.
+        """
+        now = time.time() if now is None else now
+        active = ",".join("?" * len(ACTIVE))
+        with self._transaction():
+            if node is None:
+                busy = self.conn.execute(
+                    f"SELECT COUNT(*) FROM runs WHERE status IN ({active})", ACTIVE,
+                ).fetchone()[0] > 0
+            else:
+                busy = self.conn.execute(
+                    f"SELECT COUNT(*) FROM runs WHERE status IN ({active})"
+                    " AND (node = ? OR node IS NULL)", (*ACTIVE, node),
+                ).fetchone()[0] >= max(1, per_node)
+            changed = 0
+            if not busy:
+                changed = self.conn.execute(
+                    "UPDATE runs SET status = ?, launcher = ?, started = ?, "
+                    "attempts = attempts + 1, node = COALESCE(?, node)"
+                    " WHERE id = ? AND status = ? AND held = 0",
+                    (LAUNCHING, launcher, now, node, run_id, QUEUED),
+                ).rowcount
+        return bool(changed)
+
+    def finish_run(self, run_id: int, status: str, *, reason: str | None = None,
+                   exit_code: int | None = None, now: float | None = None) -> None:
+        assert status in FINISHED, status
+        self.update_run(run_id, status=status, exit_reason=reason, exit_code=exit_code,
+                        ended=time.time() if now is None else now)
+        self._settle_estimate(run_id)
+
+    def requeue(self, run_id: int) -> None:
+        """Back to the head of the queue (after a rescued failure)."""
+        self.update_run(run_id, status=QUEUED, pid=None, pid_start=None, job_name=None)
+
+    def request_cancel(self, run_id: int, *, now: float | None = None) -> str:
+        """Cancel a queued run at once; ask the daemon to stop an active one.
+
+        Returns "cancelled", "requested", or "already <status>" for a run that ended.
+        """
+        now = time.time() if now is None else now
+        changed = self.conn.execute(
+            "UPDATE runs SET status = ?, ended = ?, exit_reason = ? WHERE id = ? AND status = ?",
+            (CANCELLED, now, "cancelled while queued", run_id, QUEUED),
+        ).rowcount
+        if changed:
+            self.add_event(run_id, "cancel", "cancelled while queued", now=now)
+            return "cancelled"
+        run = self.run(run_id)
+        if run["status"] in ACTIVE:
+            self.update_run(run_id, cancel_requested=1)
+            self.add_event(run_id, "cancel", "cancel requested", now=now)
+            return "requested"
+        return f"already {run['status']}"
+
+    def set_held(self, run_id: int, held: bool) -> None:
+        self.update_run(run_id, held=int(held))
+
+    def move(self, run_id: int, delta: int) -> None:
+        """Move a queued run up (delta < 0) or down the queue by swapping positions."""
+        queue = self.queue()
+        ids = [r["id"] for r in queue]
+        if run_id not in ids:
+            return
+        i = ids.index(run_id)
+        j = max(0, min(len(ids) - 1, i + delta))
+        if i == j:
+            return
+        ids.insert(j, ids.pop(i))
+        positions = sorted(r["position"] for r in queue)
+        with self._transaction():
+            for rid, pos in zip(ids, positions):
+                self.conn.execute("UPDATE runs SET position = ? WHERE id = ?", (pos, rid))
+
+    def count_malformed(self, run_id: int, n: int) -> None:
+        self.conn.execute("UPDATE runs SET malformed = malformed + ? WHERE id = ?", (n, run_id))
