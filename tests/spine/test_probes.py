@@ -77,3 +77,41 @@ def test_a_generated_proc_tree_is_scanned_for_holders_of_its_device_files(tmp_pa
     later = next(h for h in reading.holders if h.pid == 1025)
     assert later.started == 1_700_000_000 + 2500 / os.sysconf("SC_CLK_TCK")
     assert reading.complete
+
+
+def _char_device(path):
+    # /dev/zero's number: a real device, so that the file can stand for a card.
+    os.mknod(path, 0o600 | 0o020000, os.stat("/dev/zero").st_rdev)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_device_globs_match_the_names_glob_would(tmp_path):
+    for name in ("rngd0", "rngd1", "rngd2", ".rngd3"):
+        _char_device(tmp_path / name)
+    (tmp_path / "rngd9").touch()  # a regular file is no device
+    reading = read_host((str(tmp_path / "rngd[01]"), str(tmp_path / "*")))
+    assert reading.devices == tuple(str(tmp_path / n) for n in ("rngd0", "rngd1", "rngd2"))
+    assert read_host((str(tmp_path / ".rngd*"),)).devices == (str(tmp_path / ".rngd3"),)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_a_device_file_added_or_removed_shows_in_the_next_reading(tmp_path):
+    globs = (str(tmp_path / "rngd*"),)
+    _char_device(tmp_path / "rngd0")
+    long_ago = time.time() - 3600
+    os.utime(tmp_path, (long_ago, long_ago))  # a /dev that settled long ago
+    assert read_host(globs).devices == (str(tmp_path / "rngd0"),)
+    _char_device(tmp_path / "rngd1")
+    (tmp_path / "rngd0").unlink()
+    assert read_host(globs).devices == (str(tmp_path / "rngd1"),)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_a_device_file_added_within_the_same_clock_tick_as_the_last_change_is_found(tmp_path):
+    globs = (str(tmp_path / "rngd*"),)
+    _char_device(tmp_path / "rngd0")
+    assert read_host(globs).devices == (str(tmp_path / "rngd0"),)
+    changed = os.stat(tmp_path).st_mtime_ns
+    _char_device(tmp_path / "rngd1")
+    os.utime(tmp_path, ns=(changed, changed))  # a coarse clock: the folder's mtime unmoved
+    assert read_host(globs).devices == (str(tmp_path / "rngd0"), str(tmp_path / "rngd1"))
