@@ -215,3 +215,17 @@ def test_a_leader_whose_renewals_fail_leads_until_the_renew_deadline_then_stops(
     assert a.tick(T0 + 11).standby  # 11 s since its last write: it must not act any more
     assert a.daemon.stop_reason.startswith(f"lost the Lease {NS}/{LEASE}: cannot write the "
                                            f"Lease {NS}/{LEASE}: replace_lease: no answer")
+
+
+def test_a_leader_restarted_under_its_own_identity_takes_its_unexpired_lease_back_at_once(
+        replica, cluster):
+    # A daemon container restarted in its pod is "<pod>/1" again (design.md, failover).
+    a, b = replica("a"), replica("b")
+    assert not a.tick(T0).standby
+    assert b.tick(T0).standby
+    a.daemon._lock.release()  # the old process is gone with its container
+    again = replica("a")
+    assert not again.tick(T0 + 1).standby  # no wait for the 15 s lease duration
+    assert cluster.get(LEASES, LEASE)["spec"]["leaseTransitions"] == 0
+    b.clock.now += 20
+    assert b.tick(T0 + 20).standby  # the record changed since b saw it: not expired

@@ -107,9 +107,17 @@ def _pod_of(request) -> str:
     return request.headers.get("Authorization", "").removeprefix("Bearer ")
 
 
+def _lease(cluster) -> dict | None:
+    """The Lease as stored, read on the emulator's own loop: its objects change under the
+    daemons' requests, and a dict is not read from another thread while it changes."""
+    async def read():
+        return cluster.get(LEASES, LEASE)
+
+    return cluster.call(read())
+
+
 def _holder(cluster) -> str:
-    lease = cluster.get(LEASES, LEASE)
-    return (lease or {}).get("spec", {}).get("holderIdentity") or ""
+    return ((_lease(cluster) or {}).get("spec") or {}).get("holderIdentity") or ""
 
 
 def _stamp(micro_time: str) -> float:
@@ -136,7 +144,7 @@ def test_of_two_daemon_processes_only_the_leader_launches_and_the_standby_takes_
     sent = collections.Counter((r.method.value, r.resource.plural) for r in cluster.requests
                                if _pod_of(r) == standby)
     assert set(sent) <= {("GET", "leases"), ("POST", "leases")} and sent["POST", "leases"] <= 1
-    assert cluster.get(LEASES, LEASE)["spec"]["leaseTransitions"] == 0
+    assert _lease(cluster)["spec"]["leaseTransitions"] == 0
     # What `runs`, `show` and the TUI print, from the two processes' own rows.
     view = replicas.read(store, TICK)
     assert view.leader.identity == holder and view.leader_since is not None
@@ -147,7 +155,7 @@ def test_of_two_daemon_processes_only_the_leader_launches_and_the_standby_takes_
     two.procs[leader].wait(10)
     _wait("the standby holds the Lease", lambda: replicas.pod_of(_holder(cluster)) == standby,
           timeout=90, procs={standby: two.procs[standby]})
-    lease = cluster.get(LEASES, LEASE)["spec"]
+    lease = _lease(cluster)["spec"]
     assert lease["leaseTransitions"] == 1
     # Not before the Lease expired: the takeover came at least lease_duration after the
     # dead leader's last renewal (both stamped by this host's clock).
