@@ -95,15 +95,15 @@ def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
     terms = terms_for_run(store, run_id, baseline=baseline)
     if terms is None:
         return None
+    prediction = predict(terms, Shape.of_step(main.last))
     window = paired_window(_pass_config(store, run_id, MAIN), baseline)
     measured, paired = main, None
     if window:  # interleaved: the main steps that ran beside the baseline's, read as steps
         last, block = window["last"], window["interleave"]
         measured = stats.pass_stats(store, run_id, MAIN, last=last)
         paired = paired_medians(store.steps_until(run_id, BASELINE, last),
-                                store.steps_until(run_id, MAIN, last), block)
-    return compare(predict(terms, Shape.of_step(main.last)), measured,
-                   interleave=window.get("interleave", 0), paired=paired)
+                                store.steps_until(run_id, MAIN, last), block, prediction)
+    return compare(prediction, measured, interleave=window.get("interleave", 0), paired=paired)
 
 
 @dataclass(frozen=True)
