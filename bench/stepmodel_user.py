@@ -75,6 +75,8 @@ class Sample:
     load: tuple
     hog_at: int | None  # timed steps written when the hog started; None: no hog ran
     split: list  # show's split: each phase, model and measured seconds, share of the error
+    moved_terms: list | None = None  # the terms the notice named as the host's
+    error_of_rest: float | None = None  # the error apart from them
 
 
 def residents(layers: int, cards: int) -> list[int]:
@@ -185,7 +187,8 @@ def one_sample(args, model: str, cards: int, resident: int, interleave: int, hog
     return Sample(model, cards, resident, interleave, hog, m.get("error"), m.get("measured_s"),
                   m.get("model_s"), m.get("host_changed"), m.get("error_without_compute"),
                   moved, wall, (load0, os.getloadavg()[0]), hog_at=hog_at,
-                  split=m.get("split", []))
+                  split=m.get("split", []), moved_terms=m.get("moved_terms"),
+                  error_of_rest=m.get("error_of_rest"))
 
 
 def verdict(samples: list[Sample]) -> tuple[str, bool]:

@@ -74,6 +74,7 @@ from daemon.stepmodel.compare import (
     compare,
     format_error,
     format_seconds,
+    median_se,
     relative_error,
 )
 from daemon.stepmodel.design_table import (
@@ -110,7 +111,7 @@ from daemon.stepmodel.memory import (
     host_memory_check,
     memory_check,
 )
-from daemon.stepmodel.pairing import paired_medians, paired_window
+from daemon.stepmodel.pairing import paired, paired_medians, paired_window
 from daemon.stepmodel.runs import (
     Answer,
     Baseline,
@@ -162,8 +163,10 @@ __all__ = [
     "hardware_of",
     "host_bytes",
     "host_memory_check",
+    "median_se",
     "memory_check",
     "model_config",
+    "paired",
     "paired_medians",
     "paired_window",
     "predict",

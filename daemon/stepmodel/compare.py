@@ -16,6 +16,17 @@ from daemon.stepmodel.fit import NEEDED, PER_LAYER, SPLIT, Prediction, Steps, _p
 HOST_MOVED = 0.02
 #: A median's standard error per IQR / sqrt(n), for normally spread values.
 MEDIAN_SE = 1.2533 / 1.349
+
+
+def median_se(iqr: tuple[float, float] | None, median: float, n: int) -> float:
+    """A median's standard error relative to it: MEDIAN_SE x IQR / sqrt(n) / median.
+
+    For normally spread values, 1.2533 sigma / sqrt(n) with sigma = IQR / 1.349.
+    NaN without quartiles, a positive median or a value.
+    """
+    if iqr is None or median <= 0 or n < 1:
+        return math.nan
+    return MEDIAN_SE * (iqr[1] - iqr[0]) / median / math.sqrt(n)
 #: The terms the host notice watches: the same work in both passes, so that a
 #: move is the host's. fwd_bwd always (the same tokens and layers, scaled);
 #: upload, download and the host optimizer per offloaded layer, where the
@@ -41,6 +52,8 @@ class Comparison:
     #: The main's numbers over the same steps, for the quartiles of a phase the
     #: host notice weighs (``spread``): read only then.
     measured_pass: stats.PassStats | None = field(default=None, compare=False, repr=False)
+    #: Interleaved: each phase's ``spread`` over the paired steps (``pairing.paired``).
+    paired_spreads: dict = field(default_factory=dict)
 
     @property
     def window(self) -> str:
@@ -117,6 +130,9 @@ class Comparison:
         error taken as MEDIAN_SE x IQR / sqrt(steps) of its own pass (for
         normally spread steps, 1.2533 sigma / sqrt(n) with sigma = IQR / 1.349),
         relative to its median. A move beyond it is the host, not chance.
+        Interleaved, the passes' paired steps' (``paired_spreads``): their
+        steps divided by their block pair's level, so a host that changed
+        part-way through, which the pairs take out, does not widen it.
         Computed once a phase: a per-layer phase's quartiles are indexed reads.
         """
         if phase not in self._spreads:
@@ -125,6 +141,8 @@ class Comparison:
 
     def _spread(self, phase: str) -> float:
         """``spread``, uncached."""
+        if phase in self.paired_spreads:
+            return self.paired_spreads[phase]
         terms = self.prediction.terms
         if phase == "fwd_bwd":
             base = (terms.compute_iqr, terms.compute.seconds)
@@ -133,13 +151,8 @@ class Comparison:
             base = (terms.phase_iqr(phase),
                     getattr(terms, phase).seconds * terms.baseline.offloaded)
             main = self.measured_pass.phase_iqr(phase) if self.measured_pass else None
-        errors = []
-        for iqr, median, n in ((*base, terms.compute_steps),
-                               (main, self.measured_phases[phase], self.steps)):
-            if iqr is None or median <= 0 or n < 1:
-                return math.nan
-            errors.append(MEDIAN_SE * (iqr[1] - iqr[0]) / median / math.sqrt(n))
-        return 2 * math.hypot(*errors)
+        return 2 * math.hypot(median_se(*base, terms.compute_steps),
+                              median_se(main, self.measured_phases[phase], self.steps))
 
     def moved_terms(self) -> list[str]:
         """The watched terms (``WATCHED``) that moved between the passes beyond chance."""
@@ -257,13 +270,14 @@ def relative_error(model_s: float | None, measured_s: float | None) -> float | N
 
 def compare(prediction: Prediction, measured_steps: Steps, *,
             last: int | None = None, interleave: int = 0,
-            paired: dict | None = None) -> Comparison:
+            paired: dict | None = None, paired_spreads: dict | None = None) -> Comparison:
     """The prediction against the median of the measured steps 6-N (6-``last`` if given).
 
     ``interleave`` says the passes alternated in blocks of that many steps;
     ``paired_window`` gives both for a run. ``last`` needs step dicts: for a
     stored pass, window it with ``stats.pass_stats(store, run, label, last=)``.
-    ``paired`` (``paired_medians``) replaces the measured medians it has.
+    ``paired`` (``paired_medians``) replaces the measured medians it has, and
+    ``paired_spreads`` the spreads of the phases it has (``pairing.paired``).
     """
     if last is not None:
         if isinstance(measured_steps, stats.PassStats):
@@ -285,7 +299,7 @@ def compare(prediction: Prediction, measured_steps: Steps, *,
         measured_tokens_per_s=tokens_per_s or math.nan,
         measured_phases=phases, interleave=interleave,
         measured_compute_iqr=measured.fwd_bwd_iqr, paired="step_s" in paired,
-        measured_pass=measured,
+        measured_pass=measured, paired_spreads=dict(paired_spreads or {}),
     )
 
 

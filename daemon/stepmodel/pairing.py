@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from daemon import stats
+from daemon.stepmodel.compare import median_se
 from daemon.stepmodel.fit import SPLIT, Prediction, Steps, predict_step
 
 
 def paired_medians(baseline_steps: list[dict], main_steps: list[dict], block: int,
                    prediction: Prediction | None = None) -> dict:
-    """The main pass's median step and phases, measured against the baseline block by block.
+    """``paired``'s medians: the main's step and phases on the baseline's host."""
+    return paired(baseline_steps, main_steps, block, prediction)[0]
+
+
+def paired(baseline_steps: list[dict], main_steps: list[dict], block: int,
+           prediction: Prediction | None = None) -> tuple[dict, dict]:
+    """The main pass's median step and phases, measured against the baseline block by block,
+    and how far each may be off by chance (``compare``'s ``paired`` and ``paired_spreads``).
 
     For interleaved passes: block k of each pass (its steps kB+1 to kB+B) ran
     next to the other's block k, on the same host. Each pair's steps, both
@@ -37,6 +46,13 @@ def paired_medians(baseline_steps: list[dict], main_steps: list[dict], block: in
 
     A key the pairs cannot give (no pair, or a phase at 0 s in the baseline)
     is left out, so ``compare`` keeps the plain median for it.
+
+    The spread of a key is ``Comparison.spread``'s rule on the divided steps:
+    twice the standard error of the difference of the two medians, each
+    ``median_se`` of its pass's divided steps. Divided by their pair's level,
+    the steps no longer carry a host change that the pairs take out; the
+    plain quartiles of a pass a hog split in two do, and no move of the
+    compute would ever be beyond them.
 
     A block's first step is left out of the pair (blocks of 3 or more): the
     first step after a switch between the passes runs on caches the other
@@ -65,7 +81,7 @@ def paired_medians(baseline_steps: list[dict], main_steps: list[dict], block: in
     expect = {k: [e for e in (expected(s) for s in base[k] if timed(s)) if e is not None]
               for k in pairs}
     got = {k: [measured(s) for s in main[k] if timed(s)] for k in pairs}
-    out = {}
+    out, spreads = {}, {}
     for key in ("step_s", *SPLIT[:-1]):
         on_base, on_main = [], []
         for k in pairs:
@@ -76,9 +92,11 @@ def paired_medians(baseline_steps: list[dict], main_steps: list[dict], block: in
                 on_base += [v / level for v in b]
                 on_main += [v / level for v in m]
         if on_base and statistics.median(on_base) > 0:
-            out[key] = (statistics.median(on_main) / statistics.median(on_base)
-                        * _anchor(key, prediction, [s for k in pairs for s in base[k]]))
-    return out
+            m, b = statistics.median(on_main), statistics.median(on_base)
+            out[key] = m / b * _anchor(key, prediction, [s for k in pairs for s in base[k]])
+            spreads[key] = 2 * math.hypot(median_se(stats.quartiles(on_main), m, len(on_main)),
+                                          median_se(stats.quartiles(on_base), b, len(on_base)))
+    return out, spreads
 
 
 def _anchor(key: str, prediction: Prediction | None, base: list[dict]) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from synthetic_logs import SPREAD, expected_step_s, make_pass
+from synthetic_logs import KNOWN, SPREAD, expected_step_s, make_pass
 
 from daemon import stepmodel
 from trainer import records
@@ -201,3 +201,28 @@ def test_an_optimizer_that_slows_mid_run_stays_within_5_percent_paired_term_by_t
             c = stepmodel.for_run(store, run)
             errors.append((seed, slowed_from, round(c.error, 4), c.error_terms()))
     assert [e for e in errors if abs(e[2]) > 0.05] == []
+
+
+def test_compute_that_moved_under_a_mid_run_hog_says_the_host_changed(store, recorded_run):
+    # A hog from halfway makes every later step 2.5x as long, and the config's device
+    # compute is 8 % slower than the same work in the baseline beside it. Each pass's
+    # plain quartiles then straddle the change (the slow half and the fast), a spread
+    # no move could leave; the paired steps, each divided by its pair's level, spread
+    # as the host's steps do (+-3 %), so the 8 % is the host's, and said.
+    def run(compute: float) -> stepmodel.Comparison:
+        baseline = make_pass(cards=2, steps=40, raw=False)
+        main = make_pass({**KNOWN, "compute": KNOWN["compute"] * compute}, cards=2,
+                         resident_per_card=4, steps=40, label="main", raw=False)
+        baseline, main = interleave(baseline, main, 5, 40, 2.5)
+        return stepmodel.for_run(store, recorded_run(baseline, main,
+                                                     main_config={"interleave": 5}))
+
+    steady, moved = run(1.0), run(1.08)
+
+    assert not steady.host_changed
+    assert moved.compute_moved == pytest.approx(0.08, abs=0.01)
+    assert moved.compute_spread < 0.03 and moved.host_changed
+    assert moved.host_notice().startswith("the host changed between the passes: the same "
+                                          "device compute (fwd_bwd) took 8.")
+    # Apart from the compute, the model is as right as on the steady run.
+    assert moved.error_of_rest == pytest.approx(steady.error, abs=0.01)
