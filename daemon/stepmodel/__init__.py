@@ -31,7 +31,8 @@ API (plain step dicts in, frozen dataclasses out; a step dict is a row of
   pass or no main steps yet). ``terms_for_run(store, run_id)`` gives the terms.
   When the trainer interleaved the passes, only the main steps that ran
   alongside the baseline's are compared (``paired_window``), paired with the
-  baseline's block by block (``paired_medians``).
+  baseline's block by block (``paired``): every term, each baseline step
+  giving the config's predicted phases from its own (``predict_step``).
 - ``model_config(store, run_id, cards=, resident=, ...) -> Answer``: a config
   that has not run, from a stored run's all-offload pass (``baseline_of``),
   with its memory check; what ``rngdctl model`` prints.
@@ -97,6 +98,7 @@ from daemon.stepmodel.fit import (
     edge_params,
     fit,
     predict,
+    predict_step,
 )
 from daemon.stepmodel.memory import (
     CARD_GB,
@@ -170,6 +172,7 @@ __all__ = [
     "paired_medians",
     "paired_window",
     "predict",
+    "predict_step",
     "relative_error",
     "terms_for_run",
     "update_design_table",
