@@ -31,7 +31,8 @@ API (plain step dicts in, frozen dataclasses out; a step dict is a row of
   pass or no main steps yet). ``terms_for_run(store, run_id)`` gives the terms.
   When the trainer interleaved the passes, only the main steps that ran
   alongside the baseline's are compared (``paired_window``), paired with the
-  baseline's block by block (``paired_medians``).
+  baseline's block by block (``paired``): every term, each baseline step
+  giving the config's predicted phases from its own (``predict_step``).
 - ``model_config(store, run_id, cards=, resident=, ...) -> Answer``: a config
   that has not run, from a stored run's all-offload pass (``baseline_of``),
   with its memory check; what ``rngdctl model`` prints.
@@ -74,6 +75,7 @@ from daemon.stepmodel.compare import (
     compare,
     format_error,
     format_seconds,
+    median_se,
     relative_error,
 )
 from daemon.stepmodel.design_table import (
@@ -96,6 +98,7 @@ from daemon.stepmodel.fit import (
     edge_params,
     fit,
     predict,
+    predict_step,
 )
 from daemon.stepmodel.memory import (
     CARD_GB,
@@ -110,7 +113,7 @@ from daemon.stepmodel.memory import (
     host_memory_check,
     memory_check,
 )
-from daemon.stepmodel.pairing import paired_medians, paired_window
+from daemon.stepmodel.pairing import paired, paired_medians, paired_window
 from daemon.stepmodel.runs import (
     Answer,
     Baseline,
@@ -162,11 +165,14 @@ __all__ = [
     "hardware_of",
     "host_bytes",
     "host_memory_check",
+    "median_se",
     "memory_check",
     "model_config",
+    "paired",
     "paired_medians",
     "paired_window",
     "predict",
+    "predict_step",
     "relative_error",
     "terms_for_run",
     "update_design_table",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from daemon import stats
 from daemon.errors import ModelFitError
-from daemon.stepmodel.fit import SPLIT, Prediction, Steps, _pass
+from daemon.stepmodel.fit import NEEDED, PER_LAYER, SPLIT, Prediction, Steps, _pass
 
 #: The least move of the compute term that counts as the host changing between
 #: the passes, whatever their spread: below it, the notice would fire on the
@@ -15,6 +16,24 @@ from daemon.stepmodel.fit import SPLIT, Prediction, Steps, _pass
 HOST_MOVED = 0.02
 #: A median's standard error per IQR / sqrt(n), for normally spread values.
 MEDIAN_SE = 1.2533 / 1.349
+
+
+def median_se(iqr: tuple[float, float] | None, median: float, n: int) -> float:
+    """A median's standard error relative to it: MEDIAN_SE x IQR / sqrt(n) / median.
+
+    For normally spread values, 1.2533 sigma / sqrt(n) with sigma = IQR / 1.349.
+    NaN without quartiles, a positive median or a value.
+    """
+    if iqr is None or median <= 0 or n < 1:
+        return math.nan
+    return MEDIAN_SE * (iqr[1] - iqr[0]) / median / math.sqrt(n)
+#: The terms the host notice watches: the same work in both passes, so that a
+#: move is the host's. fwd_bwd always (the same tokens and layers, scaled);
+#: upload, download and the host optimizer per offloaded layer, where the
+#: asked config offloads any. Not the device optimizer: per resident layer it
+#: is estimated from the host's (a miss there is the model's), nor wait and
+#: the unclaimed rest, which no phase's work explains.
+WATCHED = ("fwd_bwd", *PER_LAYER)
 
 
 @dataclass(frozen=True)
@@ -30,6 +49,11 @@ class Comparison:
     interleave: int = 0  # block size when the passes alternated; 0: one after the other
     measured_compute_iqr: tuple[float, float] | None = None  # quartiles of the main's fwd_bwd
     paired: bool = False  # measured paired block by block with the baseline (``paired_medians``)
+    #: The main's numbers over the same steps, for the quartiles of a phase the
+    #: host notice weighs (``spread``): read only then.
+    measured_pass: stats.PassStats | None = field(default=None, compare=False, repr=False)
+    #: Interleaved: each phase's ``spread`` over the paired steps (``pairing.paired``).
+    paired_spreads: dict = field(default_factory=dict)
 
     @property
     def window(self) -> str:
@@ -76,6 +100,11 @@ class Comparison:
                  / self.measured_s if self.measured_s else None}
                 for p in SPLIT]
 
+    def moved(self, phase: str) -> float:
+        """Measured over predicted, less 1, for one phase (NaN where the model has none)."""
+        model = self.prediction.phases[phase]
+        return self.measured_phases[phase] / model - 1 if model > 0 else math.nan
+
     @property
     def compute_moved(self) -> float:
         """Measured device compute over the model's, less 1: the same work measured twice.
@@ -83,45 +112,98 @@ class Comparison:
         The model scales the baseline's fwd_bwd by tokens and layers only, so
         on a steady host this is near 0 whatever the placement.
         """
-        model = self.prediction.phases["fwd_bwd"]
-        return self.measured_phases["fwd_bwd"] / model - 1 if model > 0 else math.nan
+        return self.moved("fwd_bwd")
 
     @property
     def compute_spread(self) -> float:
-        """How far apart the two passes' fwd_bwd medians may fall by chance, relative.
+        """How far apart the two passes' fwd_bwd medians may fall by chance, relative."""
+        return self.spread("fwd_bwd")
+
+    @cached_property
+    def _spreads(self) -> dict:
+        return {}
+
+    def spread(self, phase: str) -> float:
+        """How far apart the two passes' medians of ``phase`` may fall by chance, relative.
 
         Twice the standard error of their difference: each median's standard
         error taken as MEDIAN_SE x IQR / sqrt(steps) of its own pass (for
         normally spread steps, 1.2533 sigma / sqrt(n) with sigma = IQR / 1.349),
         relative to its median. A move beyond it is the host, not chance.
+        Interleaved, the passes' paired steps' (``paired_spreads``): their
+        steps divided by their block pair's level, so a host that changed
+        part-way through, which the pairs take out, does not widen it.
+        Computed once a phase: a per-layer phase's quartiles are indexed reads.
         """
-        errors = []
-        for iqr, median, n in ((self.prediction.terms.compute_iqr,
-                                self.prediction.terms.compute.seconds,
-                                self.prediction.terms.compute_steps),
-                               (self.measured_compute_iqr, self.measured_phases["fwd_bwd"],
-                                self.steps)):
-            if iqr is None or median <= 0 or n < 1:
-                return math.nan
-            errors.append(MEDIAN_SE * (iqr[1] - iqr[0]) / median / math.sqrt(n))
-        return 2 * math.hypot(*errors)
+        if phase not in self._spreads:
+            self._spreads[phase] = self._spread(phase)
+        return self._spreads[phase]
+
+    def _spread(self, phase: str) -> float:
+        """``spread``, uncached."""
+        if phase in self.paired_spreads:
+            return self.paired_spreads[phase]
+        terms = self.prediction.terms
+        if phase == "fwd_bwd":
+            base = (terms.compute_iqr, terms.compute.seconds)
+            main = self.measured_compute_iqr
+        else:
+            base = (terms.phase_iqr(phase),
+                    getattr(terms, phase).seconds * terms.baseline.offloaded)
+            main = self.measured_pass.phase_iqr(phase) if self.measured_pass else None
+        return 2 * math.hypot(median_se(*base, terms.compute_steps),
+                              median_se(main, self.measured_phases[phase], self.steps))
+
+    def moved_terms(self) -> list[str]:
+        """The watched terms (``WATCHED``) that moved between the passes beyond chance."""
+        return list(self._moved)
+
+    @cached_property
+    def _moved(self) -> tuple[str, ...]:
+        """``moved_terms``, computed once.
+
+        fwd_bwd: by more than the passes' own spread and over HOST_MOVED.
+        A per-layer term: by more than its spread, and by more than HOST_MOVED
+        of the step (a small phase's few percent, its per-layer cost not quite
+        linear in the layers, is the model's, and would not move the error).
+        """
+        out = []
+        for phase in WATCHED:
+            moved = abs(self.moved(phase))
+            share = abs(self.prediction.phases[phase] - self.measured_phases[phase]) \
+                / self.measured_s
+            if not math.isfinite(moved) or \
+                    not (moved > HOST_MOVED if phase == "fwd_bwd" else share > HOST_MOVED):
+                continue  # before the spread: a per-layer phase's quartiles are read for it
+            spread = self.spread(phase)
+            if math.isfinite(spread) and moved > spread:
+                out.append(phase)
+        return tuple(out)
 
     @property
     def host_changed(self) -> bool:
-        """The compute term moved by more than the passes' own spread (and over HOST_MOVED).
+        """A watched term moved by more than the passes' own spread (``moved_terms``).
 
-        The same device work took a different time in the two passes: the host
-        changed between them (load, clock, another process), not the model.
+        The same work took a different time in the two passes: the host changed
+        between them (load, clock, another process), not the model.
         """
-        moved, spread = abs(self.compute_moved), self.compute_spread
-        return math.isfinite(moved) and math.isfinite(spread) and moved > max(spread, HOST_MOVED)
+        return bool(self.moved_terms())
+
+    def error_without(self, phases: list[str]) -> float:
+        """The error with the measured ``phases`` in place of the model's: the rest of the model."""
+        model = self.model_s + sum(self.measured_phases[p] - self.prediction.phases[p]
+                                   for p in phases)
+        return (model - self.measured_s) / self.measured_s
 
     @property
     def error_without_compute(self) -> float:
         """The error with the measured fwd_bwd in place of the model's: the rest of the model."""
-        p = self.prediction.phases["fwd_bwd"]
-        return (self.model_s - p + self.measured_phases["fwd_bwd"] - self.measured_s) \
-            / self.measured_s
+        return self.error_without(["fwd_bwd"])
+
+    @property
+    def error_of_rest(self) -> float:
+        """The error apart from every term that moved (``moved_terms``): the rest of the model."""
+        return self.error_without(self.moved_terms())
 
     def error_terms(self) -> str:
         """The error in words, term by term, largest share first (shares under 0.1 % left out)."""
@@ -130,16 +212,36 @@ class Comparison:
         return ", ".join(f"{r['phase']} {r['error'] * 100:+.1f} %" for r in shares
                          if abs(r["error"]) >= 0.001) or "every term within 0.1 %"
 
+    def _moved_words(self, phase: str) -> str:
+        what = NEEDED[phase] + ("" if phase == "fwd_bwd" else " per offloaded layer")
+        moved = self.moved(phase)
+        return f"the same {what} took {abs(moved) * 100:.1f} % " \
+               f"{'longer' if moved > 0 else 'less time'}"
+
     def host_notice(self) -> str | None:
-        """One plain sentence when the host changed between the passes, else None."""
-        if not self.host_changed:
+        """One plain sentence when the host changed between the passes, else None.
+
+        What ``show``, the note and (``short_notice``) the TUI say.
+        """
+        moved = self.moved_terms()
+        if not moved:
             return None
-        moved = self.compute_moved
-        return (f"the host changed between the passes: the same device compute (fwd_bwd) took "
-                f"{abs(moved) * 100:.1f} % {'longer' if moved > 0 else 'less time'} in the asked "
-                f"config than in the baseline (more than the passes' own spread allows, "
-                f"{self.compute_spread * 100:.1f} %); the rest of the model is off by "
-                f"{self.error_without_compute * 100:+.1f} %")
+        first, *more = moved
+        words = (f"the host changed between the passes: {self._moved_words(first)} in the asked "
+                 f"config than in the baseline (more than the passes' own spread allows, "
+                 f"{self.spread(first) * 100:.1f} %)")
+        for phase in more:
+            words += f", and {self._moved_words(phase)} (spread {self.spread(phase) * 100:.1f} %)"
+        return f"{words}; the rest of the model is off by {self.error_of_rest * 100:+.1f} %"
+
+    def short_notice(self) -> str | None:
+        """``host_notice`` in one panel line (the TUI)."""
+        moved = self.moved_terms()
+        if not moved:
+            return None
+        terms = ", ".join(f"{'compute' if p == 'fwd_bwd' else p} {self.moved(p) * 100:+.1f} % "
+                          f"(spread {self.spread(p) * 100:.1f} %)" for p in moved)
+        return f"host changed: {terms}, rest of the model {self.error_of_rest * 100:+.1f} %"
 
     def as_dict(self) -> dict:
         return {
@@ -153,6 +255,7 @@ class Comparison:
             "error_terms": self.error_terms(), "compute_moved": self.compute_moved,
             "compute_spread": self.compute_spread, "host_changed": self.host_changed,
             "error_without_compute": self.error_without_compute,
+            "moved_terms": self.moved_terms(), "error_of_rest": self.error_of_rest,
             "host_notice": self.host_notice(),
             "prediction": self.prediction.as_dict(),
         }
@@ -167,13 +270,14 @@ def relative_error(model_s: float | None, measured_s: float | None) -> float | N
 
 def compare(prediction: Prediction, measured_steps: Steps, *,
             last: int | None = None, interleave: int = 0,
-            paired: dict | None = None) -> Comparison:
+            paired: dict | None = None, paired_spreads: dict | None = None) -> Comparison:
     """The prediction against the median of the measured steps 6-N (6-``last`` if given).
 
     ``interleave`` says the passes alternated in blocks of that many steps;
     ``paired_window`` gives both for a run. ``last`` needs step dicts: for a
     stored pass, window it with ``stats.pass_stats(store, run, label, last=)``.
-    ``paired`` (``paired_medians``) replaces the measured medians it has.
+    ``paired`` (``paired_medians``) replaces the measured medians it has, and
+    ``paired_spreads`` the spreads of the phases it has (``pairing.paired``).
     """
     if last is not None:
         if isinstance(measured_steps, stats.PassStats):
@@ -195,6 +299,7 @@ def compare(prediction: Prediction, measured_steps: Steps, *,
         measured_tokens_per_s=tokens_per_s or math.nan,
         measured_phases=phases, interleave=interleave,
         measured_compute_iqr=measured.fwd_bwd_iqr, paired="step_s" in paired,
+        measured_pass=measured, paired_spreads=dict(paired_spreads or {}),
     )
 
 

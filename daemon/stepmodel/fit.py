@@ -6,7 +6,7 @@ The form is in the package docstring (daemon/stepmodel/__init__.py).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from daemon import stats
 from daemon.errors import ModelFitError
@@ -26,6 +26,9 @@ OPTIONAL = ("wait",)
 #: no phase claimed (step_s minus the sum of the phases).
 SPLIT = ("fwd_bwd", "upload", "download", "host_optim", "device_optim", "wait", "unclaimed")
 
+
+#: The phases the model prices per offloaded layer.
+PER_LAYER = ("upload", "download", "host_optim")
 
 #: A term whose source starts with this was not measured.
 ESTIMATED = "estimated"
@@ -63,6 +66,15 @@ class Terms:
     baseline_iqr: tuple[float, float]
     compute_iqr: tuple[float, float] | None = None  # quartiles of the baseline's fwd_bwd
     compute_steps: int = 0  # how many steps those quartiles and the medians are over
+    #: The baseline pass's numbers, for the quartiles of a phase the host notice
+    #: weighs (``phase_iqr``): read only then, four indexed reads a phase.
+    baseline_pass: stats.PassStats | None = field(default=None, compare=False, repr=False)
+
+    def phase_iqr(self, phase: str) -> tuple[float, float] | None:
+        """Quartiles of one of the baseline's phases over the steps its medians are over."""
+        if phase == "fwd_bwd":
+            return self.compute_iqr
+        return self.baseline_pass.phase_iqr(phase) if self.baseline_pass is not None else None
 
     def all(self) -> list[Term]:
         return [self.compute, self.upload, self.download, self.host_optim,
@@ -172,6 +184,7 @@ def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
         baseline_iqr=base.iqr_step_s,
         compute_iqr=base.fwd_bwd_iqr,
         compute_steps=base.steady,
+        baseline_pass=base,
     )
 
 
@@ -204,19 +217,57 @@ class Prediction:
                 "estimated_terms": self.estimated_terms, **self.terms.as_dict()}
 
 
-def predict(terms: Terms, target: Shape) -> Prediction:
-    """The step time of ``target`` from ``terms``: the form in the module docstring."""
-    b = terms.baseline
+def _form(v: dict[str, float], b: Shape, target: Shape) -> dict[str, float]:
+    """The form (package docstring) with the terms' values ``v``: ``target``'s phases."""
     work = (target.tokens / b.tokens) * (target.layers / b.layers)
-    phases = {
-        "fwd_bwd": terms.compute.seconds * work,
-        "upload": terms.upload.seconds * target.offloaded,
-        "download": terms.download.seconds * target.offloaded,
-        "host_optim": terms.host_optim.seconds * target.offloaded,
-        "device_optim": terms.device_optim_fixed.seconds
-        + terms.device_optim.seconds * target.resident,
-        "wait": terms.wait.seconds,
-        "unclaimed": terms.unclaimed.seconds,
+    return {
+        "fwd_bwd": v["compute"] * work,
+        "upload": v["upload"] * target.offloaded,
+        "download": v["download"] * target.offloaded,
+        "host_optim": v["host_optim"] * target.offloaded,
+        "device_optim": v["device_optim_fixed"] + v["device_optim"] * target.resident,
+        "wait": v["wait"],
+        "unclaimed": v["unclaimed"],
     }
+
+
+def predict(terms: Terms, target: Shape) -> Prediction:
+    """The step time of ``target`` from ``terms``: the form in the package docstring."""
+    b = terms.baseline
+    v = {"compute": terms.compute.seconds, "upload": terms.upload.seconds,
+         "download": terms.download.seconds, "host_optim": terms.host_optim.seconds,
+         "device_optim_fixed": terms.device_optim_fixed.seconds,
+         "device_optim": terms.device_optim.seconds, "wait": terms.wait.seconds,
+         "unclaimed": terms.unclaimed.seconds}
+    phases = _form(v, b, target)
     tokens = terms.baseline_tokens * target.tokens / b.tokens
     return Prediction(target, sum(phases.values()), tokens, phases, terms)
+
+
+def predict_step(prediction: Prediction, baseline_step: dict) -> dict[str, float] | None:
+    """What one baseline step says ``prediction``'s target takes: its phases and ``step_s``.
+
+    The same form as ``predict``, with the step's own phases in place of the
+    baseline's medians (a term fitted from another pass, the device optimizer
+    per resident layer from a resident pass, stays as fitted). Interleaved
+    passes compare the config's steps with these, block pair by block pair
+    (``pairing.paired``), so every term of the prediction comes from the
+    baseline steps that ran beside the config's. None when the step lacks a
+    phase the model needs.
+    """
+    terms, b = prediction.terms, prediction.terms.baseline
+    phases = baseline_step.get("phases") or {}
+    if any(phases.get(p) is None for p in NEEDED) or baseline_step.get("step_s") is None:
+        return None
+    have = {p: float(phases.get(p) or 0.0) for p in (*NEEDED, *OPTIONAL)}
+    off = b.offloaded
+    v = {"compute": have["fwd_bwd"], "upload": have["upload"] / off,
+         "download": have["download"] / off, "host_optim": have["host_optim"] / off,
+         "device_optim_fixed": have["device_optim"],
+         # Estimated from the host optimizer per layer: it follows this step's host optimizer.
+         "device_optim": (have["host_optim"] / off if terms.device_optim.estimated
+                          else terms.device_optim.seconds),
+         "wait": have["wait"],
+         "unclaimed": float(baseline_step["step_s"]) - sum(have.values())}
+    out = _form(v, b, prediction.target)
+    return {**out, "step_s": sum(out.values())}

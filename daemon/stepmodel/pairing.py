@@ -2,29 +2,57 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from daemon import stats
-from daemon.stepmodel.fit import SPLIT, Steps
+from daemon.stepmodel.compare import median_se
+from daemon.stepmodel.fit import SPLIT, Prediction, Steps, predict_step
 
 
-def paired_medians(baseline_steps: list[dict], main_steps: list[dict], block: int) -> dict:
-    """The main pass's median step and phases, measured against the baseline block by block.
+def paired_medians(baseline_steps: list[dict], main_steps: list[dict], block: int,
+                   prediction: Prediction | None = None) -> dict:
+    """``paired``'s medians: the main's step and phases on the baseline's host."""
+    return paired(baseline_steps, main_steps, block, prediction)[0]
+
+
+def paired(baseline_steps: list[dict], main_steps: list[dict], block: int,
+           prediction: Prediction | None = None) -> tuple[dict, dict]:
+    """The main pass's median step and phases, measured against the baseline block by block,
+    and how far each may be off by chance (``compare``'s ``paired`` and ``paired_spreads``).
 
     For interleaved passes: block k of each pass (its steps kB+1 to kB+B) ran
     next to the other's block k, on the same host. Each pair's steps, both
     passes', are divided by the pair's own level (the median of the pair's
-    steps); the main's median over all its divided steps, over the
-    baseline's, is the ratio of the two passes on one host; times the
-    baseline's median over the same steps, it is the main's step (or phase)
-    on the baseline's host. On a steady host that is the main's own median,
-    give or take the noise. When the host slows down (or speeds up) part-way
-    through, the plain medians of the two passes can land on either side of
-    the change (each pass has half its steps on each side, a block more or
-    less); here every pair is measured against its own level, so only the
-    pair that straddles the change is off. Steps 6-N only, as everywhere.
+    values); the main's median over all its divided steps, over the
+    baseline's, is the ratio of the two passes on one host. When the host
+    slows down (or speeds up) part-way through, the plain medians of the two
+    passes can land on either side of the change (each pass has half its
+    steps on each side, a block more or less); here every pair is measured
+    against its own level, so only the pair that straddles the change is off.
+    Steps 6-N only, as everywhere.
+
+    With ``prediction`` every term is paired, not only those a baseline step
+    measures as such: each baseline step gives what the asked config would
+    take by the model's form from that step's own phases (``fit.predict_step``:
+    the device optimizer per resident layer from the step's host optimizer,
+    the unclaimed rest from the step's own), and the ratio is the main's
+    measured over that. Times the prediction's own value, it is the main's
+    step (or phase) on the host the model was fitted on, so the error is the
+    paired ratio alone: the model's terms, medians over a pass that a host
+    change split in two, cannot land on one side of the change and the main's
+    on the other. Without it, each key is paired with the same key of the
+    baseline's steps and scaled by the baseline's median over the pairs.
+
     A key the pairs cannot give (no pair, or a phase at 0 s in the baseline)
     is left out, so ``compare`` keeps the plain median for it.
+
+    The spread of a key is ``Comparison.spread``'s rule on the divided steps:
+    twice the standard error of the difference of the two medians, each
+    ``median_se`` of its pass's divided steps. Divided by their pair's level,
+    the steps no longer carry a host change that the pairs take out; the
+    plain quartiles of a pass a hog split in two do, and no move of the
+    compute would ever be beyond them.
 
     A block's first step is left out of the pair (blocks of 3 or more): the
     first step after a switch between the passes runs on caches the other
@@ -39,31 +67,44 @@ def paired_medians(baseline_steps: list[dict], main_steps: list[dict], block: in
             out.setdefault((s["step"] - 1) // block, []).append(s)
         return out
 
-    def values(steps: list[dict], key: str) -> list[float]:
-        out = []
-        for s in steps:
-            v = s["step_s"] if key == "step_s" else (s.get("phases") or {}).get(key)
-            if v is not None and (s["step"] - 1) % block >= skip:
-                out.append(float(v))
-        return out
+    def measured(s: dict) -> dict:
+        return {**(s.get("phases") or {}), "step_s": s["step_s"]}
+
+    def expected(s: dict) -> dict | None:
+        return measured(s) if prediction is None else predict_step(prediction, s)
+
+    def timed(s: dict) -> bool:
+        return (s["step"] - 1) % block >= skip
 
     base, main = by_block(baseline_steps), by_block(main_steps)
     pairs = [k for k in base if k in main]
-    out = {}
+    expect = {k: [e for e in (expected(s) for s in base[k] if timed(s)) if e is not None]
+              for k in pairs}
+    got = {k: [measured(s) for s in main[k] if timed(s)] for k in pairs}
+    out, spreads = {}, {}
     for key in ("step_s", *SPLIT[:-1]):
         on_base, on_main = [], []
         for k in pairs:
-            b, m = values(base[k], key), values(main[k], key)
+            b = [float(e[key]) for e in expect[k] if e.get(key) is not None]
+            m = [float(g[key]) for g in got[k] if g.get(key) is not None]
             level = statistics.median(b + m) if b and m else 0.0
             if level > 0:
                 on_base += [v / level for v in b]
                 on_main += [v / level for v in m]
-        whole = [float(s["step_s"] if key == "step_s" else (s.get("phases") or {}).get(key, 0.0))
-                 for k in pairs for s in base[k]]
         if on_base and statistics.median(on_base) > 0:
-            out[key] = (statistics.median(on_main) / statistics.median(on_base)
-                        * statistics.median(whole))
-    return out
+            m, b = statistics.median(on_main), statistics.median(on_base)
+            out[key] = m / b * _anchor(key, prediction, [s for k in pairs for s in base[k]])
+            spreads[key] = 2 * math.hypot(median_se(stats.quartiles(on_main), m, len(on_main)),
+                                          median_se(stats.quartiles(on_base), b, len(on_base)))
+    return out, spreads
+
+
+def _anchor(key: str, prediction: Prediction | None, base: list[dict]) -> float:
+    """What the paired ratio multiplies: the prediction's value, else the baseline's median."""
+    if prediction is not None:
+        return prediction.step_s if key == "step_s" else prediction.phases[key]
+    return statistics.median(float(measured) for measured in (
+        s["step_s"] if key == "step_s" else (s.get("phases") or {}).get(key, 0.0) for s in base))
 
 
 def paired_window(main_config: dict | None, baseline_steps: Steps) -> dict:

@@ -15,7 +15,7 @@ from daemon.stepmodel.memory import (
     host_memory_check,
     memory_check,
 )
-from daemon.stepmodel.pairing import paired_medians, paired_window
+from daemon.stepmodel.pairing import paired, paired_window
 from daemon.stepmodel.shape import Shape, _extra
 from trainer.records import BASELINE, MAIN
 
@@ -95,15 +95,16 @@ def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
     terms = terms_for_run(store, run_id, baseline=baseline)
     if terms is None:
         return None
+    prediction = predict(terms, Shape.of_step(main.last))
     window = paired_window(_pass_config(store, run_id, MAIN), baseline)
-    measured, paired = main, None
+    measured, medians, spreads = main, None, None
     if window:  # interleaved: the main steps that ran beside the baseline's, read as steps
         last, block = window["last"], window["interleave"]
         measured = stats.pass_stats(store, run_id, MAIN, last=last)
-        paired = paired_medians(store.steps_until(run_id, BASELINE, last),
-                                store.steps_until(run_id, MAIN, last), block)
-    return compare(predict(terms, Shape.of_step(main.last)), measured,
-                   interleave=window.get("interleave", 0), paired=paired)
+        medians, spreads = paired(store.steps_until(run_id, BASELINE, last),
+                                  store.steps_until(run_id, MAIN, last), block, prediction)
+    return compare(prediction, measured, interleave=window.get("interleave", 0),
+                   paired=medians, paired_spreads=spreads)
 
 
 @dataclass(frozen=True)

@@ -226,15 +226,6 @@ def _top_terms(words: str, keep: int = 3) -> str:
     return ", ".join(terms[:keep]) + (", …" if len(terms) > keep else "")
 
 
-def _short_notice(c) -> str | None:
-    """``Comparison.host_notice`` in one panel line."""
-    if not c.host_changed:
-        return None
-    return (f"host changed: compute {c.compute_moved * 100:+.1f} % "
-            f"(spread {c.compute_spread * 100:.1f} %), rest of the model "
-            f"{c.error_without_compute * 100:+.1f} %")
-
-
 @dataclass(frozen=True)
 class _NoEstimate:
     basis: str
@@ -525,7 +516,7 @@ class ViewSource:
             events=events, started=run.get("started"), ended=run.get("ended"),
             exit_reason=run.get("exit_reason"), log_path=run.get("log_path"),
             error_terms=_top_terms(compared.error_terms()) if compared else None,
-            host_notice=_short_notice(compared) if compared else None,
+            host_notice=compared.short_notice() if compared else None,
         )
 
     def history(self) -> tuple[HistoryRow, ...]:

@@ -33,19 +33,54 @@ def test_the_terms_shares_add_up_to_the_error():
 
 
 def test_compute_that_moved_beyond_the_spread_says_the_host_changed_and_gives_the_rest_apart():
-    # The host got 10 % slower at the same device work; uploads also 2x slower (a model miss).
-    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.1, "upload": KNOWN["upload"] * 2})
+    # The host got 10 % slower at the same device work; the embed and head's device
+    # optimizer 2x slower (a model miss: no work of the baseline's says what it takes).
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.1,
+                  "device_optim_fixed": KNOWN["device_optim_fixed"] * 2})
 
     assert c.compute_moved == pytest.approx(0.10)
-    assert c.host_changed
-    # The rest of the model: only the upload miss is left.
-    upload_share = next(r["error"] for r in c.split() if r["phase"] == "upload")
-    assert c.error_without_compute == pytest.approx(upload_share)
+    assert c.host_changed and c.moved_terms() == ["fwd_bwd"]
+    # The rest of the model: only the device optimizer's miss is left.
+    device_share = next(r["error"] for r in c.split() if r["phase"] == "device_optim")
+    assert c.error_without_compute == pytest.approx(device_share)
+    assert c.error_of_rest == c.error_without_compute
     notice = c.host_notice()
     assert notice.startswith("the host changed between the passes")
     assert "10.0 % longer" in notice and f"{c.error_without_compute * 100:+.1f} %" in notice
     d = c.as_dict()
     assert d["host_changed"] is True and d["host_notice"] == notice
+
+
+def test_a_per_layer_term_that_moved_with_the_host_is_named_and_left_out_of_the_rest():
+    # One after the other, on a host that got busier: the same device work 10 % slower,
+    # and the host optimizer's work per offloaded layer (the same in both passes) 30 %.
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.1,
+                  "host_optim": KNOWN["host_optim"] * 1.3})
+
+    assert c.moved_terms() == ["fwd_bwd", "host_optim"]
+    # Apart from both, nothing is left: the model is right about the rest.
+    assert abs(c.error_of_rest) < 1e-9 and c.error_without_compute < -0.15
+    notice = c.host_notice()
+    assert "the same host optimizer (host_optim) per offloaded layer took 30.0 % longer" in notice
+    assert notice.endswith("the rest of the model is off by +0.0 %")
+    # SPREAD gives every phase the same step-to-step spread: 1.4 % either way.
+    assert c.short_notice() == ("host changed: compute +10.0 % (spread 1.4 %), "
+                                "host_optim +30.0 % (spread 1.4 %), rest of the model +0.0 %")
+
+
+def test_a_per_layer_term_that_moved_alone_says_the_host_changed():
+    # The device compute held, but uploads took twice as long: a neighbour on the bus.
+    c = compared({**KNOWN, "upload": KNOWN["upload"] * 2})
+    assert c.moved_terms() == ["upload"] and c.host_changed
+    assert c.host_notice().startswith("the host changed between the passes: the same upload "
+                                      "per offloaded layer took 100.0 % longer")
+
+
+def test_a_per_layer_term_that_moved_by_little_of_the_step_is_the_models():
+    # Downloads 50 % slower, but they are 0.5 % of the step: not worth calling the host.
+    c = compared({**KNOWN, "download": KNOWN["download"] * 1.5})
+    assert c.moved("download") == pytest.approx(0.5)
+    assert not c.host_changed and c.host_notice() is None and c.short_notice() is None
 
 
 def test_a_steady_host_gives_no_notice():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from synthetic_logs import SPREAD, expected_step_s, make_pass
+from synthetic_logs import KNOWN, SPREAD, expected_step_s, make_pass
 
 from daemon import stepmodel
 from trainer import records
@@ -144,3 +144,85 @@ def test_the_note_says_which_window_the_model_used(store, recorded_run):
     assert report.comparison.last_step == 15
     assert any("steps 6-15, interleaved with the baseline in blocks of 5" in line
                for line in report.model_notes)
+
+
+
+#: An all-resident config on the cpu backend, in the model's form: its device
+#: optimizer per resident layer costs what the host optimizer costs per offloaded
+#: layer (so the model's estimate of it is right on a steady host); the optimizer
+#: a fifth of the step.
+OPTIMIZER_HEAVY = {"compute": 0.40, "upload": 0.002, "download": 0.002, "host_optim": 0.004,
+                   "device_optim_fixed": 0.01, "device_optim": 0.004, "wait": 0.003,
+                   "unclaimed": 0.01}
+
+
+def hogged(baseline: list, main: list, *, seed: int, slowed_from: int, noise: float = 0.1,
+           factor: float = 2.5) -> list[list]:
+    """Both passes as run in ``train.interleaved_order`` (blocks of 5) on a host a hog
+    joins at run position ``slowed_from``: from there on the optimizers (the baseline's
+    host optimizer, the config's device optimizer) take ``factor`` times as long. Every
+    phase of every step wanders by up to ``noise`` either way, each on its own (seeded),
+    so each phase's median over a pass lands on its own side of the change."""
+    import random
+
+    from trainer.train import interleaved_order
+
+    rng = random.Random(seed)
+    queues, out = [list(baseline), list(main)], [[], []]
+    for position, which in enumerate(interleaved_order([len(baseline), len(main)], 5)):
+        s = queues[which].pop(0)
+        unclaimed = s.step_s - sum(s.phases.values())
+        phases = {}
+        for name, seconds in s.phases.items():
+            slow = position >= slowed_from and name in ("host_optim", "device_optim")
+            phases[name] = seconds * (1 + rng.uniform(-noise, noise)) * (factor if slow else 1)
+        out[which].append(records.Step(**{**s.__dict__, "phases": phases,
+                                          "step_s": sum(phases.values()) + unclaimed}))
+    return out
+
+
+def test_an_optimizer_that_slows_mid_run_stays_within_5_percent_paired_term_by_term(
+        store, recorded_run):
+    # What the hog did to llama-3.1-8b-mini all-resident (interleaved, +3 to +6 %, no
+    # notice): the model prices the config's device optimizer from the baseline's host
+    # optimizer and its unclaimed rest from the baseline's medians. With a host change
+    # part-way through, each of those medians lands on its own side of the change;
+    # paired only phase with phase, the config's device optimizer was set against the
+    # baseline's (embed and head only). Each baseline step's own prediction, set against
+    # the config's steps in the same block pair, leaves only the steps' own noise.
+    errors = []
+    for seed in range(20):
+        for slowed_from in (40, 44, 48):  # of 80 timed steps: about halfway
+            baseline = make_pass(OPTIMIZER_HEAVY, steps=40, raw=False)
+            main = make_pass(OPTIMIZER_HEAVY, resident_per_card=32, steps=40, label="main",
+                             raw=False)
+            run = recorded_run(*hogged(baseline, main, seed=seed, slowed_from=slowed_from),
+                               main_config={"interleave": 5})
+            c = stepmodel.for_run(store, run)
+            errors.append((seed, slowed_from, round(c.error, 4), c.error_terms()))
+    assert [e for e in errors if abs(e[2]) > 0.05] == []
+
+
+def test_compute_that_moved_under_a_mid_run_hog_says_the_host_changed(store, recorded_run):
+    # A hog from halfway makes every later step 2.5x as long, and the config's device
+    # compute is 8 % slower than the same work in the baseline beside it. Each pass's
+    # plain quartiles then straddle the change (the slow half and the fast), a spread
+    # no move could leave; the paired steps, each divided by its pair's level, spread
+    # as the host's steps do (+-3 %), so the 8 % is the host's, and said.
+    def run(compute: float) -> stepmodel.Comparison:
+        baseline = make_pass(cards=2, steps=40, raw=False)
+        main = make_pass({**KNOWN, "compute": KNOWN["compute"] * compute}, cards=2,
+                         resident_per_card=4, steps=40, label="main", raw=False)
+        baseline, main = interleave(baseline, main, 5, 40, 2.5)
+        return stepmodel.for_run(store, recorded_run(baseline, main,
+                                                     main_config={"interleave": 5}))
+
+    steady, moved = run(1.0), run(1.08)
+
+    assert not steady.host_changed
+    assert moved.compute_moved == pytest.approx(0.08, abs=0.01)
+    assert moved.compute_spread < 0.03 and moved.host_changed
+    assert moved.host_notice().startswith("the host changed between the passes: the same "
+                                          "device compute (fwd_bwd) took 8.")
+    # Apart from the compute, the model is as right as on the steady run.
+    assert moved.error_of_rest == pytest.approx(steady.error, abs=0.01)
