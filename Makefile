@@ -29,7 +29,7 @@ furiosa-env:
 	python3 deploy/furiosa/env.py build
 
 # Where the environment cannot be built, these run with .venv and skip, naming the reason.
-FURIOSA_TESTS := tests/furiosa tests/trainer/test_trainer_numerics.py
+FURIOSA_TESTS := tests/furiosa tests/trainer/test_trainer_numerics.py tests/trainer/test_furiosa_modules.py
 test-furiosa: $(STAMP)
 	$(PY) deploy/furiosa/env.py pytest -q -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
 		$(FURIOSA_TESTS)

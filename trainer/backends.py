@@ -8,9 +8,9 @@
 - ``furiosa:N`` or ``furiosa:auto``: Furiosa RNGD card N (``/dev/rngd/npuN``) through
   furiosa-torch (trainer/furiosa.py): its 8 PEs fused into one device, the device type the
   package registers (``furiosa`` or ``rngd``). ``auto`` picks a card no other process holds
-  open. The step runs eagerly, op by op (the package's compiled graphs have no autograd); the
-  embedding runs as ``index_select`` (``Backend.embedding``: 2026.4 cannot compile torch's
-  embedding backward).
+  open. The step runs eagerly, op by op (the package's compiled graphs have no autograd),
+  from the ops 2026.4 compiles and differentiates (``Backend.card_module`` and
+  ``Backend.loss_function``: trainer/furiosa_modules.py).
 - ``cpu-compiled``: a CPU card that runs every graph through ``torch.compile`` (the
   ``aot_eager`` backend: forward and backward graphs captured, static shapes, no code
   generation). It exercises ``trainer compile`` and graph reuse across layers on the host.
@@ -38,6 +38,7 @@ class Backend:
     device: torch.device
     fused_adamw: bool = True  # torch's fused AdamW kernel runs on this device
     needs_compile: bool = False  # graphs are compiled before they run (furiosa)
+    picked: str = ""  # furiosa:auto: which card it picked and why ("picked card 1, as ...")
 
     @property
     def kind(self) -> str:
@@ -73,9 +74,14 @@ class Backend:
         """The callable the card runs for ``fn`` (compiled where the backend compiles)."""
         return fn
 
-    def embedding(self, embed: torch.nn.Embedding) -> torch.nn.Module:
-        """The embedding as this card runs it: the module itself, unless its ops differ."""
-        return embed
+    def card_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """A piece of the model (embedding, decoder layer, norm, head) as this card runs it:
+        the module itself, unless the card needs other ops for the same arithmetic."""
+        return module
+
+    def loss_function(self, model: torch.nn.Module):
+        """The loss as this card computes it: transformers' own, unless its ops differ."""
+        return model.loss_function
 
 
 class CpuBackend(Backend):
@@ -126,12 +132,18 @@ class FuriosaBackend(Backend):
 
         furiosa_torch.synchronize(self.device)
 
-    def embedding(self, embed: torch.nn.Embedding) -> torch.nn.Module:
-        """``index_select``, whose gradient the package builds (it cannot compile torch's
-        ``embedding_backward``)."""
-        from trainer import furiosa_torch
+    def card_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """The embedding as ``index_select``, linears as ``mm``, softmax without ``dtype``:
+        what 2026.4 compiles and differentiates (trainer/furiosa_modules.py)."""
+        from trainer import furiosa_modules
 
-        return furiosa_torch.IndexSelectEmbedding(embed)
+        return furiosa_modules.for_card(module)
+
+    def loss_function(self, model: torch.nn.Module):
+        """The causal-LM loss without ``nll_loss``, whose backward 2026.4 cannot compile."""
+        from trainer import furiosa_modules
+
+        return furiosa_modules.causal_lm_loss
 
 
 def rngd_holders(card: int, proc: str | None = None) -> list:
@@ -140,19 +152,25 @@ def rngd_holders(card: int, proc: str | None = None) -> list:
     The daemon's holder scan (daemon/probes.py, stdlib only) does the reading; the pattern
     ``npu1*`` also matches ``npu10``, hence the exact match on the number here. The proc root
     is ``$RNGDCTL_PROC`` (default /proc): a container that sees the host's processes through
-    a mount elsewhere names it, as ``rngdctl agent --proc`` does.
+    a mount elsewhere names it, as ``rngdctl agent --proc`` does; the device folder is
+    ``$RNGDCTL_RNGD_DEV`` (default /dev/rngd).
     """
     from daemon.probes import device_holders
+    from trainer.furiosa_torch import card_files
 
     proc = proc or os.environ.get("RNGDCTL_PROC") or "/proc"
-    exact = re.compile(rf"/dev/rngd/npu{card}(?!\d)")
-    holders, _ = device_holders((f"/dev/rngd/npu{card}*",), proc)
+    prefix = card_files(card)
+    exact = re.compile(rf"{re.escape(prefix)}(?!\d)")
+    holders, _ = device_holders((f"{prefix}*",), proc)
     return [h for h in holders if h.pid != os.getpid() and any(exact.match(f) for f in h.files)]
 
 
-def present_rngd_cards(dev: str = "/dev/rngd") -> list[int]:
+def present_rngd_cards(dev: str | None = None) -> list[int]:
+    """The cards whose management file (``npuNmgmt``) is in the device folder."""
+    from trainer.furiosa_torch import rngd_dev
+
     try:
-        names = os.listdir(dev)
+        names = os.listdir(dev or rngd_dev())
     except OSError:
         return []
     return sorted({int(m.group(1)) for n in names if (m := re.match(r"npu(\d+)mgmt$", n))})
@@ -168,24 +186,9 @@ def _furiosa(spec: str, which: str, taken: set[int]) -> Backend:
     from trainer import furiosa_torch
 
     furiosa_torch.load()
+    picked = ""
     if which == "auto":
-        present = [n for n in present_rngd_cards() if n not in taken]
-        if not present:
-            # No device files: let the package say what is missing (the driver library).
-            try:
-                furiosa_torch.probe(0, furiosa_torch.card_device(0))
-            except furiosa_torch.NoCard as exc:
-                raise furiosa_torch.NoCard(f"backend {spec}: no RNGD card or driver on this host: "
-                                     f"/dev/rngd lists no npuN files and {exc.why}") from None
-            raise furiosa_torch.NoCard(f"backend {spec}: furiosa-torch reaches a card but /dev/rngd "
-                                 "lists no npuN files, so which is free cannot be told; "
-                                 "name one: --backend furiosa:N")
-        busy = {n: h for n in present if (h := rngd_holders(n))}
-        free = [n for n in present if n not in busy]
-        if not free:
-            raise BackendUnavailable(f"backend {spec}: every RNGD card is held: " + "; ".join(
-                _held_by(n, h) for n, h in busy.items()))
-        card = free[0]
+        card, picked = _free_card(spec, taken)
     else:
         card = int(which)
         if holders := rngd_holders(card):
@@ -194,9 +197,36 @@ def _furiosa(spec: str, which: str, taken: set[int]) -> Backend:
     try:
         furiosa_torch.probe(card, device)
     except furiosa_torch.NoCard as exc:
-        raise furiosa_torch.NoCard(f"backend {spec}: {exc}", exc.why) from None
+        raise furiosa_torch.NoCard(f"backend {spec}: {picked + ': ' if picked else ''}{exc}",
+                                   exc.why) from None
     taken.add(card)
-    return FuriosaBackend(spec, device, fused_adamw=False, needs_compile=True)
+    return FuriosaBackend(spec, device, fused_adamw=False, needs_compile=True, picked=picked)
+
+
+def _free_card(spec: str, taken: set[int]) -> tuple[int, str]:
+    """``furiosa:auto``: the first card whose device files no other process holds (and no
+    earlier entry of the same --backend took), and the words that say which and why."""
+    from trainer import furiosa_torch
+
+    dev = furiosa_torch.rngd_dev()
+    present = [n for n in present_rngd_cards() if n not in taken]
+    if not present:
+        # No device files: let the package say what is missing (the driver library).
+        try:
+            furiosa_torch.probe(0, furiosa_torch.card_device(0))
+        except furiosa_torch.NoCard as exc:
+            raise furiosa_torch.NoCard(f"backend {spec}: no RNGD card or driver on this host: "
+                                       f"{dev} lists no npuN files and {exc.why}") from None
+        raise furiosa_torch.NoCard(f"backend {spec}: furiosa-torch reaches a card but {dev} "
+                                   "lists no npuN files, so which is free cannot be told; "
+                                   "name one: --backend furiosa:N")
+    busy = {n: h for n in present if (h := rngd_holders(n))}
+    free = [n for n in present if n not in busy]
+    if not free:
+        raise BackendUnavailable(f"backend {spec}: every RNGD card is held: " + "; ".join(
+            _held_by(n, h) for n, h in busy.items()))
+    why = "; ".join(_held_by(n, h) for n, h in busy.items())
+    return free[0], f"picked card {free[0]}" + (f", as {why}" if why else "")
 
 
 def parse(specs: str) -> list[Backend]:

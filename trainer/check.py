@@ -92,14 +92,16 @@ def check(backend_spec: str, model_name: str, seq_len: int, resident: int, seed:
 
 def run_check(backend_spec: str, model_name: str, seq_len: int, resident: int, seed: int,
               rtol: float | None, as_json: bool = False, ops: bool = False,
-              probe: bool = True) -> int:
+              probe: bool = True, compile_limit: float | None = None) -> int:
     """Compare the backend with CPU fp32; a furiosa backend without a card (or ``ops``) gives
     the hardware-free op report of one training step instead."""
     furiosa = backend_spec.startswith("furiosa")
+    if compile_limit is not None and compile_limit <= 0:
+        raise UsageError("--compile-limit must be a positive number of seconds")
     if ops and not furiosa:
         raise UsageError("--ops reports what furiosa-torch would run: give --backend furiosa:N")
     if furiosa and ops:
-        return run_op_report(model_name, seq_len, None, as_json, probe)
+        return run_op_report(model_name, seq_len, None, as_json, probe, compile_limit)
     try:
         rows, rtol = check(backend_spec, model_name, seq_len, resident, seed, rtol)
     except BackendUnavailable as exc:
@@ -107,7 +109,7 @@ def run_check(backend_spec: str, model_name: str, seq_len: int, resident: int, s
 
         if not isinstance(exc, NoCard):
             raise
-        return run_op_report(model_name, seq_len, str(exc), as_json, probe)
+        return run_op_report(model_name, seq_len, str(exc), as_json, probe, compile_limit)
     ok = all(r.ok for r in rows)
     if as_json:
         print(json.dumps({"backend": backend_spec, "rtol": rtol, "ok": ok,
@@ -123,24 +125,27 @@ def run_check(backend_spec: str, model_name: str, seq_len: int, resident: int, s
 
 
 def run_op_report(model_name: str, seq_len: int, no_card: str | None, as_json: bool,
-                  probe: bool) -> int:
+                  probe: bool, compile_limit: float | None = None) -> int:
     """The op report (trainer/ops.py): exit 0 when every op compiles for a card, else 1."""
     from trainer import furiosa_torch, ops
 
     unprobed = ops.why_not_probed() if probe else None
     probe = probe and unprobed is None
+    limit = compile_limit or ops.COMPILE_LIMIT_S
     if probe:  # the package's gradient build of one linear ran minutes here (performance.md)
-        print("op report: compiling every op of the step for a card, which takes minutes to "
-              "hours (--trace-only: seconds)", file=sys.stderr, flush=True)
-    graphs = ops.step_graphs(model_name, seq_len, probe=probe)
+        print(f"op report: compiling every op of the step for a card, each given {limit:g} s "
+              "at most, which takes minutes to hours (--trace-only: seconds)",
+              file=sys.stderr, flush=True)
+    graphs = ops.step_graphs(model_name, seq_len, probe=probe, limit_s=limit)
     failing = [r for g in graphs for r in g.failing()]
     if as_json:
         print(json.dumps({"model": model_name, "furiosa_torch": furiosa_torch.version(),
                           "probed": probe, "not_probed_because": unprobed,
+                          "compile_limit_s": limit if probe else None,
                           "no_card": no_card, "ok": not failing,
                           "graphs": [asdict(g) for g in graphs]}))
     else:
         if no_card:
             print(f"{no_card}: no card to compare, so the op report instead")
-        print(ops.render(model_name, graphs, furiosa_torch.version(), probe, unprobed))
+        print(ops.render(model_name, graphs, furiosa_torch.version(), probe, unprobed, limit))
     return EXIT_OK if not failing else EXIT_ERROR

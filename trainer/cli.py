@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "what check gives without one)")
     c.add_argument("--trace-only", action="store_true",
                    help="op report: list the ops without compile-probing each (fast)")
+    c.add_argument("--compile-limit", type=float, default=None, metavar="S",
+                   help="op report: seconds one compile may take before it is reported as "
+                        "timed out (default 900)")
     c.set_defaults(func=cmd_check)
 
     k = sub.add_parser("compile", help="warm a backend's compile cache without training",
@@ -212,7 +215,8 @@ def cmd_check(args) -> int:
     from trainer.check import run_check
 
     return run_check(args.backend, args.model, args.seq_len, args.resident_layers, args.seed,
-                     args.rtol, as_json=args.json, ops=args.ops, probe=not args.trace_only)
+                     args.rtol, as_json=args.json, ops=args.ops, probe=not args.trace_only,
+                     compile_limit=args.compile_limit)
 
 
 def cmd_compile(args) -> int:

@@ -233,9 +233,12 @@ class LayerEngine:
         first, head = self.backends[0], self.backends[p.head_card]
         # Pinned host buffers make card <-> host copies run at the link's speed.
         pin = any(b.kind == "cuda" for b in self.backends)
-        self.embed = first.embedding(inner.embed_tokens.to(first.device))
-        self.norm = inner.norm.to(head.device)
-        self.head = self.model.lm_head.to(head.device)
+        # Each piece as its card runs it (the furiosa backend swaps in other ops, same
+        # parameters: Backend.card_module).
+        self.embed = first.card_module(inner.embed_tokens.to(first.device))
+        self.norm = head.card_module(inner.norm.to(head.device))
+        self.head = head.card_module(self.model.lm_head.to(head.device))
+        self.loss_function = head.loss_function(self.model)
         # Rotary embeddings hold no parameters: one copy per card.
         self.rotary = [copy.deepcopy(inner.rotary_emb).to(b.device) for b in self.backends]
 
@@ -260,7 +263,7 @@ class LayerEngine:
             if p.resident[i]:
                 # Resident: the flat buffers on the card are the masters, and
                 # they are the card optimizer's parameters.
-                module = layer.to(dev)
+                module = self.backends[card].card_module(layer.to(dev))
                 slot = LayerSlot(i, card, True, module)
                 for group, params in _split_groups(module).items():
                     flat, grad = _flatten(params, dev)
@@ -270,7 +273,7 @@ class LayerEngine:
                 # Offloaded: the model's own layer, flattened in host memory, is
                 # the master; the card gets a compute copy of the same shape.
                 host_groups = _split_groups(layer)
-                module = copy.deepcopy(layer).to(dev)
+                module = self.backends[card].card_module(copy.deepcopy(layer).to(dev))
                 slot = LayerSlot(i, card, False, module)
                 for group, params in host_groups.items():
                     flat, grad = _flatten(params, torch.device("cpu"), pin=pin)
@@ -410,8 +413,8 @@ class LayerEngine:
         logits = self.head_run(x_head)
         if self.keep_logits:
             self.last_logits.append(logits.detach())
-        loss = self.model.loss_function(logits, mb.labels.to(head_dev), self.config.vocab_size,
-                                        num_items_in_batch=label_tokens)
+        loss = self.loss_function(logits, mb.labels.to(head_dev), self.config.vocab_size,
+                                  num_items_in_batch=label_tokens)
         self.where = "backward of the head"
         loss.backward()
 

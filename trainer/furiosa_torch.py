@@ -33,7 +33,9 @@ from trainer.errors import BackendUnavailable, UsageError
 PACKAGE = "furiosa-torch"
 DRIVER_LIBRARY = "librenegade.so"  # what the package dlopens to reach a card
 PES_PER_CARD = 8
-CARD_FILES = "/dev/rngd/npu{n}"
+#: The folder of the cards' device files, /dev/rngd unless this names another (tests: a
+#: generated one; the holder scan and furiosa:auto read it).
+RNGD_DEV_ENV = "RNGDCTL_RNGD_DEV"
 
 # The package's own words for "there is no driver or no card behind this device".
 _NO_DRIVER = re.compile(r"HAL error|cannot open shared object|failed to allocate \d+ bytes"
@@ -148,12 +150,21 @@ def probe(card: int, device: torch.device) -> None:
     if not _NO_DRIVER.search(text):
         raise failure
     m = _MISSING_LIB.search(text)
-    files = CARD_FILES.format(n=card)
+    files = card_files(card)
     present = os.path.exists(files + "mgmt")
     why = (f"{PACKAGE} cannot load the driver library {m.group(1)}" if m else
            f"{PACKAGE} could not open the card ({str(failure).splitlines()[0]})")
     where = f"card {card}, {files}" + ("" if present else " does not exist")
     raise NoCard(f"no RNGD card or driver on this host: {why} ({where})", why)
+
+
+def rngd_dev() -> str:
+    return os.environ.get(RNGD_DEV_ENV) or "/dev/rngd"
+
+
+def card_files(card: int) -> str:
+    """The prefix of card ``card``'s device files: ``/dev/rngd/npu<card>``."""
+    return f"{rngd_dev()}/npu{card}"
 
 
 def synchronize(device: torch.device) -> None:
@@ -162,28 +173,6 @@ def synchronize(device: torch.device) -> None:
     if stream is not None:
         stream(device).synchronize()
     # 2026.2 has no synchronize: its copies to the host wait for the card.
-
-
-class IndexSelectEmbedding(torch.nn.Module):
-    """``nn.Embedding`` as the card runs it: the same rows by ``index_select``, the same weight
-    (shared, so masters and the tied head see one parameter). furiosa-torch 2026.4.0 cannot
-    compile torch's ``embedding_backward`` (the op report: it fails to import it into its
-    graph format), while ``index_select`` is one of the ops it differentiates itself, and its
-    build compiles. The padding row gets no gradient, as ``nn.Embedding`` gives it none."""
-
-    def __init__(self, embed: torch.nn.Embedding):
-        super().__init__()
-        if embed.max_norm is not None or embed.scale_grad_by_freq or embed.sparse:
-            raise UsageError("the furiosa backend runs the embedding as index_select, which "
-                             "has no max_norm, scale_grad_by_freq or sparse gradient")
-        self.weight = embed.weight
-        self.padding_idx = embed.padding_idx
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        rows = self.weight.index_select(0, ids.reshape(-1)).reshape(*ids.shape, -1)
-        if self.padding_idx is None:
-            return rows
-        return torch.where((ids == self.padding_idx).unsqueeze(-1), rows.detach(), rows)
 
 
 def compile_backend():

@@ -2,19 +2,26 @@
 
 Hardware-free, and built from the package's own tools as far as they go:
 
+- The step is the one the furiosa backend runs: its modules and loss from
+  trainer/furiosa_modules.py (``index_select`` embedding, ``mm`` linears, softmax without
+  ``dtype``, the loss without ``nll_loss``).
 - Each distinct forward graph of the step is traced on the CPU by furiosa-torch's ``dryrun``
-  (make_fx over real values; "a backend-agnostic operator tracing mechanism"), which also
-  compile-probes every ATen op in it the way the package's eager path compiles an op for a
-  card (``AtenOp``, at the traced shapes, for a whole card: 8 PEs fused, as the trainer runs).
-  The verdict: OK (compiles), FAIL (the package cannot compile it), ERROR (the probe broke),
-  SKIP (not probed: trace-only, or not an ATen op).
+  (make_fx over real values; "a backend-agnostic operator tracing mechanism"); each ATen op
+  in it is compiled the way the package's eager path compiles an op for a card (dryrun's node
+  probe: ``AtenOp``, at the traced shapes, for a whole card: 8 PEs fused, as the trainer
+  runs). The verdict: OK (compiles), FAIL (the package cannot compile it), ERROR (the probe
+  broke), TIMEOUT (no verdict within the time limit), SKIP (not probed: trace-only, or not
+  an ATen op).
 - Gradients on a card come two ways. An op in the package's autograd registrations (2026.4)
   is differentiated by the package itself: when its input needs a gradient, its dispatcher
   builds the op's forward and backward graphs (``build_autograd_from_module``), and the
   report runs that very build at the traced shapes. Any other op falls to torch's derivative
   formula, whose backward ops must run on the card themselves: the report traces that
-  formula for the op alone (dryrun again) and probes each backward op it runs.
+  formula for the op alone (dryrun again) and compiles each backward op it runs.
 - Views (``VIEWS``) carry no gradient computation of their own.
+- Every compile runs in a forked child with a time limit (``in_child``): the package's
+  compiler can take many minutes at one shape, or panic; past the limit the child is killed
+  and the op reported "timed out after N s". Each op and shape compiles once per report.
 
 The graphs: the rotary cos/sin table (no gradient flows into it); the embedding; one decoder
 layer (every layer runs the same graph); the final norm, the head and the loss; one AdamW
@@ -27,20 +34,26 @@ import collections
 import copy
 import shutil
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch.utils import _pytree as pytree
 
-from trainer import data, models
-from trainer.furiosa_torch import IndexSelectEmbedding, one_line
+from trainer import data, furiosa_modules, models
+from trainer.furiosa_torch import one_line
+from trainer.limits import in_child
 
 #: Ops that only reshape or view: no kernel, autograd follows the view.
 VIEWS = {"aten::view", "aten::reshape", "aten::t", "aten::transpose.int", "aten::unsqueeze",
          "aten::squeeze.dim", "aten::expand", "aten::slice.Tensor", "aten::narrow",
          "aten::permute", "aten::select.int", "aten::alias", "aten::detach",
          "aten::_unsafe_view", "aten::contiguous"}
-WORST = ["OK", "SKIP", "ERROR", "FAIL"]  # a row's status is its worst node's
+WORST = ["OK", "SKIP", "TIMEOUT", "ERROR", "FAIL"]  # a row's status is its worst node's
+#: Seconds one compile may take before the report gives up on it (TIMEOUT). The package's
+#: gradient build of one linear took 6 to 7 minutes on the loaded 2-core host.
+COMPILE_LIMIT_S = 900.0
 CROSS_COMPILER = "aarch64-linux-gnu-gcc"  # what furiosa-torch builds PE code with
 
 
@@ -57,9 +70,9 @@ class OpRow:
     op: str
     part: str  # forward | backward | optimizer
     count: int
-    status: str  # OK | FAIL | ERROR | SKIP: the op's compile for a card
-    why: str = ""  # the package's reason, for FAIL and ERROR
-    grad: str = ""  # forward: "furiosa" | "torch formula" | "view" | "" (no gradient)
+    status: str  # OK | FAIL | ERROR | TIMEOUT | SKIP: the op's compile for a card
+    why: str = ""  # the package's reason, for FAIL and ERROR; the limit, for TIMEOUT
+    grad: str = ""  # forward: "furiosa" | "torch formula" | "explicit" | "view" | "" (none)
     grad_status: str = ""  # grad "furiosa": the package's forward+backward build of the op
     grad_why: str = ""
     of: str = ""  # backward: the forward ops whose torch formula runs it
@@ -77,7 +90,7 @@ class Graph:
     rows: list[OpRow] = field(default_factory=list)
 
     def failing(self, part: str | None = None) -> list[OpRow]:
-        return [r for r in self.rows if r.verdict in ("FAIL", "ERROR")
+        return [r for r in self.rows if r.verdict in ("FAIL", "ERROR", "TIMEOUT")
                 and (part is None or r.part == part)]
 
 
@@ -94,17 +107,17 @@ def differentiated_by_package() -> set[str]:
     return {_norm(op) for op in REGISTRATIONS}
 
 
-def _trace(fn, inputs, probe: bool):
+def _trace(fn, inputs):
+    """``fn(*inputs)`` traced by dryrun, nothing compiled (each compile runs in a child)."""
     from furiosa.torch import dryrun
 
-    return dryrun.dryrun(fn, *inputs, verbose=False, trace_only=not probe)
+    return dryrun.dryrun(fn, *inputs, verbose=False, trace_only=True)
 
 
-def _verdict(reports) -> tuple[str, str]:
-    """A group of probe reports' status (the worst) and the package's reason for it."""
-    status = max((p.status.name for p in reports), key=WORST.index)
-    bad = next((p for p in reports if p.status.name == status and p.exception), None)
-    return status, one_line(bad.exception) if bad else ""
+def _verdict(results) -> tuple[str, str]:
+    """A group of (status, why) verdicts' status (the worst) and its reason."""
+    status = max((r[0] for r in results), key=WORST.index)
+    return status, next((r[1] for r in results if r[0] == status and r[1]), "")
 
 
 def _examples(node):
@@ -119,26 +132,61 @@ def _examples(node):
     return pytree.tree_map(example, (node.args, node.kwargs))
 
 
-def _signature(node, args, kwargs) -> tuple:
-    shapes = pytree.tree_map(
-        lambda t: (tuple(t.shape), t.stride(), t.dtype) if isinstance(t, torch.Tensor) else t,
-        (args, kwargs))
-    return str(node.target), repr(shapes)
+def _signature(node) -> tuple:
+    """The node's op and its arguments' shapes, strides and dtypes: what a compile depends on."""
+    def meta(value):
+        if isinstance(value, torch.fx.Node):
+            value = value.meta.get("val", value.name)
+        if isinstance(value, torch.Tensor):
+            return tuple(value.shape), value.stride(), value.dtype
+        return value
+
+    return str(node.target), repr(pytree.tree_map(meta, (node.args, node.kwargs)))
 
 
-def _package_grad(node, cache: dict) -> tuple[str, str]:
+def _shapes(node) -> list:
+    return [tuple(a.meta["val"].shape) for a in pytree.tree_leaves((node.args, node.kwargs))
+            if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)]
+
+
+def _limited(what: str, node, job, cache: dict, limit_s: float) -> tuple[str, str]:
+    """One compile (``what`` of ``node``), cached by signature, in a child, with a progress
+    line naming it and how long it took."""
+    key = (what, *_signature(node))
+    if key not in cache:
+        t0 = time.perf_counter()
+        cache[key] = in_child(job, limit_s)
+        status, why = cache[key]
+        print(f"op report: {what} {_norm(node.target)} {_shapes(node)}: {status} in "
+              f"{time.perf_counter() - t0:.1f} s" + (f" ({why})" if why else ""),
+              file=sys.stderr, flush=True)
+    return cache[key]
+
+
+def compile_node(traced, node, probe_id: int, cache: dict, limit_s: float) -> tuple[str, str]:
+    """(status, why) of the package compiling ``node``'s op for a card at its traced shapes,
+    as its eager path does (dryrun's node probe: ``AtenOp`` compiled)."""
+    def job():
+        from furiosa.torch import dryrun
+
+        r = dryrun._probe_fx_node(node, traced.gm, probe_id, None)
+        return r.status.name, one_line(r.exception) if r.exception else ""
+
+    return _limited("compile", node, job, cache, limit_s)
+
+
+def package_grad(node, cache: dict, limit_s: float) -> tuple[str, str]:
     """(status, why) of the package building ``node``'s op with its gradient, as its autograd
     dispatcher does in training: trace the op (or the package's own module for it) at the
     node's shapes, differentiate it, compile the forward and the backward graphs."""
-    from furiosa.torch._backend._autograd import build_autograd_from_module
-    from furiosa.torch._custom_ops.autograd_ops import REGISTRATIONS
-    from furiosa.torch._module.dfg import DfgModule
-    from furiosa.torch._utils import to_fake_cpu_tensors
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    def job():
+        from furiosa.torch._backend._autograd import build_autograd_from_module
+        from furiosa.torch._custom_ops.autograd_ops import REGISTRATIONS
+        from furiosa.torch._module.dfg import DfgModule
+        from furiosa.torch._utils import to_fake_cpu_tensors
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    args, kwargs = _examples(node)
-    key = _signature(node, args, kwargs)
-    if key not in cache:
+        args, kwargs = _examples(node)
         impl = REGISTRATIONS[node.target]
         try:
             fake_args, fake_kwargs = to_fake_cpu_tensors((args, kwargs))
@@ -147,23 +195,24 @@ def _package_grad(node, cache: dict) -> tuple[str, str]:
             with unset_fake_temporarily():
                 dfg = DfgModule.from_module(module, args=fake_args, kwargs=fake_kwargs)
                 build_autograd_from_module(dfg, name=node.target._name)
-            cache[key] = ("OK", "")
         except Exception as exc:  # noqa: BLE001 - the package's verdict, whatever it raised
-            cache[key] = ("FAIL", one_line(exc))
-    return cache[key]
+            return "FAIL", one_line(exc)
+        return "OK", ""
+
+    return _limited("gradient build", node, job, cache, limit_s)
 
 
-def _formula_backward(node, probe: bool, cache: dict) -> list:
-    """The probe reports of the backward ops torch's formula runs for ``node``'s op alone (its
-    gradient with respect to every floating-point input), traced and probed by dryrun."""
+def formula_backward(node, probe: bool, caches: dict, limit_s: float) -> list[tuple]:
+    """(op, status, why) of each backward op torch's formula runs for ``node``'s op alone (its
+    gradient with respect to every floating-point input), traced by dryrun, each compiled."""
     args, kwargs = _examples(node)
-    key = _signature(node, args, kwargs)
-    if key in cache:
-        return cache[key]
+    key = _signature(node)
+    if key in caches["formula"]:
+        return caches["formula"][key]
     wrt = [t for t in pytree.tree_leaves((args, kwargs))
            if isinstance(t, torch.Tensor) and t.is_floating_point()]
     if not wrt:  # nothing to differentiate with respect to
-        cache[key] = []
+        caches["formula"][key] = []
         return []
 
     def backward(*seeds):
@@ -181,23 +230,29 @@ def _formula_backward(node, probe: bool, cache: dict) -> list:
         outs = [t for t in pytree.tree_leaves(forward())
                 if isinstance(t, torch.Tensor) and t.is_floating_point()]
     seeds = [torch.ones_like(t) for t in outs]
-    # What the op itself runs (traced, not probed) is taken out of its backward's trace.
-    left = collections.Counter(r.report.target_name for r in _trace(forward, (), False).reports)
-    reports = []
-    for r in _trace(backward, seeds, probe).reports:
+    # What the op itself runs is taken out of its backward's trace.
+    left = collections.Counter(r.report.target_name for r in _trace(forward, ()).reports)
+    traced = _trace(backward, seeds)
+    nodes = {n.name: n for n in traced.gm.graph.nodes}
+    found = []
+    for r in traced.reports:
         name = r.report.target_name
         if left[name] > 0:
             left[name] -= 1
         elif name.startswith("aten::"):
-            reports.append(r.report)
-    cache[key] = reports
-    return reports
+            verdict = (compile_node(traced, nodes[r.node_name], r.report.probe_id,
+                                    caches["compile"], limit_s) if probe else ("SKIP", ""))
+            found.append((name, *verdict))
+    caches["formula"][key] = found
+    return found
 
 
-def _rows(traced, own_grad: set[str], part: str, grads: bool, probe: bool,
-          caches: dict) -> list[OpRow]:
+def _rows(traced, own_grad: set[str], part: str, grads: bool, probe: bool, caches: dict,
+          limit_s: float, explicit: tuple = ()) -> list[OpRow]:
     """The rows of one traced graph. ``grads``: the graph's ops need their gradients on a
-    card, so each gets the package's build or torch's formula's backward ops as rows."""
+    card, so each gets the package's build or torch's formula's backward ops as rows; an op
+    inside an autograd Function of the trainer's gets its Function's own backward, whose ops
+    ``explicit`` lists as (label, function, example inputs) to trace."""
     nodes = {n.name: n for n in traced.gm.graph.nodes}
     by_op: dict[str, list] = collections.defaultdict(list)
     for r in traced.reports:
@@ -205,28 +260,49 @@ def _rows(traced, own_grad: set[str], part: str, grads: bool, probe: bool,
             by_op[r.report.target_name].append(r)
     rows, backward, sources = [], collections.defaultdict(list), collections.defaultdict(set)
     for op, found in by_op.items():
-        row = OpRow(op, part, len(found), *_verdict([r.report for r in found]))
+        verdicts = [compile_node(traced, nodes[r.node_name], r.report.probe_id,
+                                 caches["compile"], limit_s) if probe else ("SKIP", "")
+                    for r in found]
+        row = OpRow(op, part, len(found), *_verdict(verdicts))
         rows.append(row)
         if not grads:
             continue
         wants = [nodes[r.node_name] for r in found if _wants_grad(nodes[r.node_name])]
         if not wants:
+            if any(_inside_function(nodes[r.node_name]) for r in found):
+                row.grad = "explicit"  # the Function's backward: its rows below
             continue
         row.grad = "view" if op in VIEWS else "furiosa" if op in own_grad else "torch formula"
         if row.grad == "furiosa" and probe:
-            verdicts = [_package_grad(n, caches["package"]) for n in wants]
-            row.grad_status = max((v[0] for v in verdicts), key=WORST.index)
-            row.grad_why = next(v[1] for v in verdicts if v[0] == row.grad_status)
+            row.grad_status, row.grad_why = _verdict(
+                [package_grad(n, caches["package"], limit_s) for n in wants])
         elif row.grad == "torch formula":
             for n in wants:
-                for report in _formula_backward(n, probe, caches["formula"]):
-                    backward[report.target_name].append(report)
-                    sources[report.target_name].add(op)
-    for op, reports in backward.items():
-        rows.append(OpRow(op, "backward", len(reports), *_verdict(reports),
+                for name, *verdict in formula_backward(n, probe, caches, limit_s):
+                    backward[name].append(verdict)
+                    sources[name].add(op)
+    for label, fn, inputs in explicit if grads else ():
+        bwd = _trace(fn, inputs)
+        bwd_nodes = {n.name: n for n in bwd.gm.graph.nodes}
+        for r in bwd.reports:
+            if r.report.target_name.startswith("aten::"):
+                backward[r.report.target_name].append(
+                    compile_node(bwd, bwd_nodes[r.node_name], r.report.probe_id,
+                                 caches["compile"], limit_s) if probe else ("SKIP", ""))
+                sources[r.report.target_name].add(label)
+    for op, verdicts in backward.items():
+        rows.append(OpRow(op, "backward", len(verdicts), *_verdict(verdicts),
                           of=", ".join(sorted(sources[op]))))
     order = {"forward": 0, "backward": 1, "optimizer": 2}
     return sorted(rows, key=lambda r: (order[r.part], r.op))
+
+
+def _inside_function(node) -> bool:
+    """Whether a node ran inside an autograd Function's forward (autograd off there): an
+    input needs a gradient, its output does not. Its gradient is the Function's backward."""
+    inputs = [a for a in pytree.tree_leaves((node.args, node.kwargs))
+              if isinstance(a, torch.fx.Node)]
+    return not _wants_grad(node) and any(_wants_grad(a) for a in inputs)
 
 
 def _wants_grad(node) -> bool:
@@ -236,19 +312,50 @@ def _wants_grad(node) -> bool:
     return any(getattr(m, "requires_grad", False) for m in metas)
 
 
+def new_caches() -> dict:
+    """Verdicts by signature, so that each op and shape compiles once per report."""
+    return {"compile": {}, "package": {}, "formula": {}}
+
+
 def trace_graph(name: str, fn, inputs: tuple, probe: bool, own: set[str], caches: dict,
-                grads: bool = True, part: str = "forward") -> Graph:
+                grads: bool = True, part: str = "forward",
+                limit_s: float = COMPILE_LIMIT_S, explicit: tuple = ()) -> Graph:
     """One graph's rows: ``fn(*inputs)`` runs its forward (under ``enable_grad`` where its
     gradients matter: that marks which ops need one)."""
-    return Graph(name, _rows(_trace(fn, inputs, probe), own, part, grads, probe, caches))
+    return Graph(name, _rows(_trace(fn, inputs), own, part, grads, probe, caches, limit_s,
+                             explicit))
 
 
-def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True) -> list[Graph]:
-    """The op rows of each distinct graph of one training step of ``model_name``."""
+def explicit_backwards(module: torch.nn.Module, rows: int) -> tuple:
+    """(label, function, example inputs) of the backward of each ``MmLinear`` in ``module``,
+    for ``rows`` input rows: what the card runs for its gradient."""
+    return tuple(("MmLinear's own backward", furiosa_modules.mm_backward,
+                  (torch.randn(rows, m.out_features), torch.randn(rows, m.in_features),
+                   torch.randn(m.out_features, m.in_features)))
+                 for m in module.modules() if isinstance(m, furiosa_modules.MmLinear))
+
+
+@dataclass
+class StepPiece:
+    """One distinct graph of the training step as the card runs it: ``fn(*inputs)``."""
+
+    key: str  # rotary | embedding | layer | head | adamw
+    name: str
+    fn: Callable
+    inputs: tuple
+    grads: bool  # its ops need their gradients
+    part: str  # forward | optimizer
+    explicit: tuple = ()  # the trainer's own backwards it runs (explicit_backwards)
+
+
+def step_pieces(model_name: str, seq_len: int = 32) -> list[StepPiece]:
+    """The distinct graphs of one training step of ``model_name``, with the modules and the
+    loss the furiosa backend runs (trainer/furiosa_modules.py)."""
     from transformers.masking_utils import create_causal_mask
 
     spec = models.resolve(model_name)
-    model = models.build(spec, None if spec.folder else data.SYNTHETIC_VOCAB, seed=0)
+    model = furiosa_modules.for_card(
+        models.build(spec, None if spec.folder else data.SYNTHETIC_VOCAB, seed=0))
     cfg, inner = model.config, model.model
     vocab = min(cfg.vocab_size, data.SYNTHETIC_VOCAB)
     ids, labels = data.synthetic(seq_len, vocab, 0, count=1)
@@ -259,11 +366,10 @@ def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True) -> list[
                               attention_mask=torch.ones_like(ids), cache=None,
                               position_ids=pos)
     layer = inner.layers[0]
-    embed = IndexSelectEmbedding(inner.embed_tokens)  # as the card runs it (FuriosaBackend)
 
     def embedding(ids):
         with torch.enable_grad():
-            return embed(ids)
+            return inner.embed_tokens(ids)
 
     def decoder_layer(x):
         with torch.enable_grad():  # the layer's input needs its gradient (the layer below's)
@@ -274,8 +380,8 @@ def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True) -> list[
         with torch.enable_grad():
             x = x.requires_grad_(True)
             logits = model.lm_head(inner.norm(x))
-            return model.loss_function(logits, labels, cfg.vocab_size,
-                                       num_items_in_batch=seq_len)
+            return furiosa_modules.causal_lm_loss(logits, labels, cfg.vocab_size,
+                                                  num_items_in_batch=seq_len)
 
     def rotary(x):
         return inner.rotary_emb(x, position_ids=pos)
@@ -289,32 +395,45 @@ def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True) -> list[
         opt.step()
         return (p,)
 
+    return [
+        StepPiece("rotary", "rotary cos/sin (once per micro-batch and card)", rotary,
+                  (h.clone(),), False, "forward"),
+        StepPiece("embedding", "embedding", embedding, (ids,), True, "forward"),
+        StepPiece("layer", "decoder layer (every layer)", decoder_layer, (h.clone(),), True,
+                  "forward", explicit_backwards(layer, seq_len)),
+        StepPiece("head", "norm, head and loss", head_and_loss, (h.clone(),), True, "forward",
+                  explicit_backwards(model.lm_head, seq_len)),
+        StepPiece("adamw", "AdamW step (a card's resident layers)", adamw_step,
+                  (copy.copy(flat),), False, "optimizer")]
+
+
+def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True,
+                limit_s: float = COMPILE_LIMIT_S) -> list[Graph]:
+    """The op rows of each distinct graph of one training step of ``model_name``; each
+    compile (``probe``) in a child process given at most ``limit_s`` seconds."""
+    pieces = step_pieces(model_name, seq_len)
     if probe:  # compile for what the trainer runs on: a whole card, its 8 PEs fused
         from trainer.furiosa_torch import fuse_cards
 
         fuse_cards()
+        torch.set_num_threads(1)  # the children are forked: no OpenMP pool across a fork
     own = differentiated_by_package()
-    caches: dict = {"package": {}, "formula": {}}
+    caches = new_caches()
     graphs = []
-    for name, fn, inputs, grads, part in (
-            ("rotary cos/sin (once per micro-batch and card)", rotary, (h.clone(),), False,
-             "forward"),
-            ("embedding", embedding, (ids,), True, "forward"),
-            ("decoder layer (every layer)", decoder_layer, (h.clone(),), True, "forward"),
-            ("norm, head and loss", head_and_loss, (h.clone(),), True, "forward"),
-            ("AdamW step (a card's resident layers)", adamw_step, (copy.copy(flat),), False,
-             "optimizer")):
-        graphs.append(trace_graph(name, fn, inputs, probe, own, caches, grads, part))
+    for piece in pieces:
+        graphs.append(trace_graph(piece.name, piece.fn, piece.inputs, probe, own, caches,
+                                  piece.grads, piece.part, limit_s, piece.explicit))
         if probe:  # a probed report takes minutes (each op compiles): say where it is
-            print(f"op report: {name}: {len(graphs[-1].rows)} rows, "
+            print(f"op report: {piece.name}: {len(graphs[-1].rows)} rows, "
                   f"{len(graphs[-1].failing())} cannot run", file=sys.stderr, flush=True)
     return graphs
 
 
 def render(model_name: str, graphs: list[Graph], version: str, probed: bool,
-           unprobed_because: str | None = None) -> str:
+           unprobed_because: str | None = None, limit_s: float = COMPILE_LIMIT_S) -> str:
     """The report as Markdown: one table per graph, then the verdict."""
-    how = "compile-probed" if probed else "traced only, not compile-probed" + (
+    how = f"compile-probed, {limit_s:g} s a compile at most" if probed else (
+        "traced only, not compile-probed") + (
         f": {unprobed_because}" if unprobed_because else "")
     title = (f"Op report: one training step of {model_name} on furiosa-torch {version} "
              f"({how}, no card)")
@@ -334,10 +453,10 @@ def render(model_name: str, graphs: list[Graph], version: str, probed: bool,
         out.append("Every op of the step compiles for the card, with its gradient." if probed
                    else "Every op of the step was traced; none was compile-probed.")
     else:
-        out.append("Cannot run on the card (so the step cannot run or cannot be "
-                   "differentiated there): " + "; ".join(
-                       f"{r.op} ({r.part}{', its gradient' if r.grad_status else ''}, {name})"
-                       for name, r in bad) + ".")
+        out.append("Cannot run on the card, or not known to within the time limit (so the "
+                   "step cannot run or cannot be differentiated there): " + "; ".join(
+                       f"{r.op} ({r.part}{', its gradient' if r.grad_status else ''}, {name}: "
+                       f"{r.verdict})" for name, r in bad) + ".")
     return "\n".join(out)
 
 

@@ -340,6 +340,9 @@ class _Pass:
             config_label=self.label, config=recipe.config_record(engine, self.steps),
             run_id=cfg.run_id, versions=versions(), git=git_commit(), host=platform.node()))
         recipe.event("placement", placement.describe())
+        for b in recipe.backends:
+            if b.picked:  # furiosa:auto: which card, and why not the ones before it
+                recipe.event("backend", f"{b.spec} {b.picked}", data={"backend": b.spec})
         log(f"{self.label}: {placement.describe()}")
         self.schedule = _schedule(cfg, self.steps)
         self.extra_fixed = {

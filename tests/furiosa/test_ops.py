@@ -27,28 +27,48 @@ def test_the_step_has_five_graphs_with_forward_backward_and_optimizer_ops(tiny_l
                                 "decoder layer (every layer)", "norm, head and loss",
                                 "AdamW step (a card's resident layers)"]
     layer = tiny_llama["decoder layer (every layer)"]
-    assert rows(layer, "forward")["aten::linear"].count == 7  # q, k, v, o, gate, up, down
+    assert rows(layer, "forward")["aten::mm"].count == 7  # q, k, v, o, gate, up, down
     adamw = rows(tiny_llama["AdamW step (a card's resident layers)"], "optimizer")
     assert {"aten::addcdiv_", "aten::lerp_.Scalar", "aten::sqrt"} <= set(adamw)
 
 
+def test_the_card_step_has_none_of_the_ops_2026_4_cannot_differentiate(tiny_llama):
+    # The furiosa backend's modules (trainer/furiosa_modules.py): no linear, no softmax with
+    # dtype, no embedding or nll_loss backward; every op that needs a gradient is one the
+    # package differentiates itself (or a view).
+    ops_seen = {r.op for g in tiny_llama.values() for r in g.rows}
+    assert not ops_seen & {"aten::linear", "aten::embedding", "aten::cross_entropy_loss",
+                           "aten::nll_loss_nd", "aten::nll_loss_backward",
+                           "aten::embedding_backward"}
+    for graph in tiny_llama.values():
+        for r in graph.rows:
+            # the only backward ops are MmLinear's own: plain mm (and its transposed view)
+            if r.part == "backward":
+                assert (r.op, r.of) in {("aten::mm", "MmLinear's own backward"),
+                                        ("aten::t", "MmLinear's own backward")}, r
+            assert r.grad in ("", "furiosa", "explicit", "view", "torch formula"), r
+            if r.grad == "torch formula":  # only casts that are identities in fp32
+                assert r.op.startswith("aten::to."), (graph.name, r.op)
+    layer = tiny_llama["decoder layer (every layer)"]
+    assert rows(layer, "backward")["aten::mm"].count == 14  # x and weight gradients of 7
+
+
 def test_gradients_are_the_packages_own_where_it_registers_them_else_torchs(tiny_llama):
-    assert "aten::linear" in ops.differentiated_by_package()
+    assert "aten::matmul" in ops.differentiated_by_package()
     layer = tiny_llama["decoder layer (every layer)"]
     forward = rows(layer, "forward")
-    assert forward["aten::linear"].grad == "furiosa"
+    assert forward["aten::matmul"].grad == "furiosa"  # the attention's products
+    # the linears' mm runs inside MmLinear's autograd Function: its gradient is the
+    # Function's own backward (plain mm), not the package's build of mm
+    assert forward["aten::mm"].grad == "explicit"
+    assert forward["aten::softmax.int"].grad == "furiosa"
     assert forward["aten::silu"].grad == "furiosa"
     assert forward["aten::reshape"].grad == "view"
-    # The package builds the linear's backward itself: torch's formula (mm) never runs there.
-    assert "aten::mm" not in rows(layer, "backward")
-    # The card runs the embedding as index_select (FuriosaBackend.embedding), which the
-    # package differentiates: no backward op of torch's is left to run there.
     embed = tiny_llama["embedding"]
     assert rows(embed, "forward")["aten::index_select"].grad == "furiosa"
-    assert rows(embed, "backward") == {}
-    head = tiny_llama["norm, head and loss"]
-    assert rows(head, "forward")["aten::cross_entropy_loss"].grad == "torch formula"
-    assert rows(head, "backward")["aten::nll_loss_backward"].of == "aten::cross_entropy_loss"
+    head = rows(tiny_llama["norm, head and loss"], "forward")
+    assert head["aten::log_softmax.int"].grad == "furiosa"
+    assert head["aten::index_select"].grad == "furiosa"
 
 
 def test_ops_without_a_gradient_flowing_into_them_get_none(tiny_llama):
@@ -57,6 +77,7 @@ def test_ops_without_a_gradient_flowing_into_them_get_none(tiny_llama):
     # the labels' shift (an int tensor) needs no gradient, the hidden state's norm does
     head = rows(tiny_llama["norm, head and loss"], "forward")
     assert head["aten::pad"].grad == "" and head["aten::rsqrt"].grad == "furiosa"
+    assert head["aten::arange"].grad == ""
 
 
 @pytest.mark.parametrize("spec", ["furiosa:0", "furiosa:auto"])
@@ -70,7 +91,7 @@ def test_check_without_a_card_gives_the_op_report_instead(python_in, spec):
     assert "librenegade.so" in first
     assert first.endswith("no card to compare, so the op report instead")
     assert second.startswith("Op report: one training step of tiny-llama on furiosa-torch")
-    assert "| `aten::linear` | forward | 7 | SKIP | furiosa |" in done.stdout
+    assert "| `aten::mm` | forward | 7 | SKIP | explicit |" in done.stdout
 
 
 @needs_cross_compiler
@@ -84,7 +105,7 @@ def test_a_probed_op_compiles_for_a_card_and_the_verdict_names_what_cannot():
 
     graph = ops.trace_graph("silu and embedding", forward,
                             (torch.randn(8, 16), torch.randint(0, 32, (8,))), True,
-                            ops.differentiated_by_package(), {"package": {}, "formula": {}})
+                            ops.differentiated_by_package(), ops.new_caches())
     silu = rows(graph, "forward")["aten::silu"]
     assert (silu.status, silu.grad, silu.grad_status) == ("OK", "furiosa", "OK")
     # furiosa-torch 2026.4.0 cannot compile torch's embedding gradient (so the card runs the
@@ -92,3 +113,4 @@ def test_a_probed_op_compiles_for_a_card_and_the_verdict_names_what_cannot():
     backward = rows(graph, "backward")["aten::embedding_backward"]
     assert backward.status == "FAIL" and backward.why.startswith("UnsupportedOpError")
     assert graph.failing() == [backward]
+

@@ -82,28 +82,6 @@ def test_an_op_the_package_cannot_compile_is_named_in_one_line_with_the_packages
     assert "\n" not in line
 
 
-def test_the_cards_embedding_is_index_select_with_nn_embeddings_rows_and_gradients():
-    # The card runs the embedding as index_select (2026.4.0 cannot compile torch's
-    # embedding_backward, above); on the CPU both give the same rows and gradients.
-    torch.manual_seed(0)
-    ids = torch.tensor([[3, 1, 3, 7], [0, 31, 3, 2]])  # row 3 three times: gradients add up
-    seed = torch.randn(2, 4, 8)
-    for padding_idx in (None, 3):
-        embed = torch.nn.Embedding(32, 8, padding_idx=padding_idx)
-        card = furiosa_torch.IndexSelectEmbedding(embed)
-        assert card.weight is embed.weight  # one parameter: the masters and a tied head see it
-        ref = embed(ids)
-        (ref_grad,) = torch.autograd.grad(ref, embed.weight, seed)
-        out = card(ids)
-        (grad,) = torch.autograd.grad(out, card.weight, seed)
-        assert torch.equal(out, ref)
-        # a row's gradient sums up to 3 seeds: at most 2 roundings of a sum below 3 max|seed|
-        eps = torch.finfo(torch.float32).eps
-        torch.testing.assert_close(grad, ref_grad, rtol=0, atol=3 * float(seed.abs().max()) * eps)
-        if padding_idx is not None:
-            assert not grad[padding_idx].any()  # nn.Embedding's padding row learns nothing
-
-
 def test_a_failure_inside_the_packages_gradient_build_is_one_line_too():
     # The package's autograd dispatcher exports softmax with the arguments it was called
     # with; transformers' eager attention passes dtype, which torch.export refuses. This is

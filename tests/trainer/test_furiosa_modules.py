@@ -1,0 +1,142 @@
+"""The furiosa backend's modules and loss (trainer/furiosa_modules.py) compute the stock step.
+
+A card runs the embedding as index_select, linears as mm, softmax without dtype and the loss
+without nll_loss: the same arithmetic from ops furiosa-torch 2026.4 compiles and
+differentiates. Here, on the CPU in fp32, they give transformers' loss and gradients. Runs in
+.venv (torch 2.13) and in the furiosa environment (torch 2.10, `make test-furiosa`).
+
+Tolerances (tolerances.py): the two ways compute the same products and sums, some in another
+order or with one more rounding (mm then add against addmm; the loss's sum over the labelled
+tokens against nll_loss's). A loss differs by at most gamma(tokens + vocab) relative, a
+gradient by gamma(path), path being the sums from the loss back to the weight.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from tolerances import gamma, tiny_path
+from torch import nn
+
+from trainer import backends, data, furiosa_modules, models
+from trainer.engine import LayerEngine
+
+SEQ, VOCAB = 32, 128
+
+
+def batch(seed: int = 0):
+    ids, labels = data.synthetic(SEQ, VOCAB, seed, count=2)
+    labels = labels.clone()
+    labels[0, :5] = -100  # unlabelled tokens (a prompt): ignored by both losses
+    return ids, labels
+
+
+def stock_and_card(model_name: str):
+    stock = models.build(models.resolve(model_name), VOCAB, seed=0)
+    return stock, furiosa_modules.for_card(copy.deepcopy(stock))
+
+
+@pytest.mark.parametrize("model_name", ["tiny-llama", "tiny-qwen2"])
+def test_the_cards_modules_give_the_stock_loss_and_gradients(model_name):
+    stock, card = stock_and_card(model_name)
+    ids, labels = batch()
+    items = int((labels[:, 1:] != -100).sum())
+    ref = stock.loss_function(stock(input_ids=ids).logits, labels, VOCAB,
+                              num_items_in_batch=items)
+    ref.backward()
+    got = furiosa_modules.causal_lm_loss(card(input_ids=ids).logits, labels, VOCAB,
+                                         num_items_in_batch=items)
+    got.backward()
+
+    tokens = ids.numel()
+    assert abs(got.item() - ref.item()) <= gamma(tokens + VOCAB) * abs(ref.item())
+    path = tiny_path(tokens, SEQ)
+    card_params = dict(card.named_parameters())  # the same names: masters and checkpoints
+    assert card_params.keys() == dict(stock.named_parameters()).keys()
+    for name, p in stock.named_parameters():
+        scale = float(p.grad.abs().max())
+        torch.testing.assert_close(card_params[name].grad, p.grad, rtol=0,
+                                   atol=gamma(path) * scale, msg=name)
+
+
+def test_the_loss_without_num_items_is_the_mean_over_labelled_tokens():
+    logits = torch.randn(2, SEQ, VOCAB)
+    _, labels = batch(1)
+    ref = models.build(models.resolve("tiny-llama"), VOCAB, seed=0).loss_function(
+        logits, labels, VOCAB)
+    got = furiosa_modules.causal_lm_loss(logits, labels, VOCAB)
+    assert abs(float(got) - float(ref)) <= gamma(2 * SEQ + VOCAB) * abs(float(ref))
+
+
+def test_the_card_model_has_no_linear_or_embedding_and_its_own_attention_config():
+    stock, card = stock_and_card("tiny-qwen2")  # tied head: one weight for both swaps
+    assert not any(type(m) in (nn.Linear, nn.Embedding) for m in card.modules())
+    assert card.lm_head.weight is card.model.embed_tokens.weight
+    attn = card.model.layers[0].self_attn
+    assert attn.config._attn_implementation == furiosa_modules.ATTENTION
+    assert attn.config is not card.config  # the model's own (its masks) stays eager
+    assert card.config._attn_implementation == "eager"
+    assert stock.model.layers[0].self_attn.config._attn_implementation == "eager"
+
+
+def test_the_cards_embedding_is_index_select_with_nn_embeddings_rows_and_gradients():
+    # The card runs the embedding as index_select (2026.4.0 cannot compile torch's
+    # embedding_backward, tests/furiosa); on the CPU both give the same rows and gradients.
+    torch.manual_seed(0)
+    ids = torch.tensor([[3, 1, 3, 7], [0, 31, 3, 2]])  # row 3 three times: gradients add up
+    seed = torch.randn(2, 4, 8)
+    for padding_idx in (None, 3):
+        embed = torch.nn.Embedding(32, 8, padding_idx=padding_idx)
+        card = furiosa_modules.IndexSelectEmbedding(embed)
+        assert card.weight is embed.weight  # one parameter: the masters and a tied head see it
+        ref = embed(ids)
+        (ref_grad,) = torch.autograd.grad(ref, embed.weight, seed)
+        out = card(ids)
+        (grad,) = torch.autograd.grad(out, card.weight, seed)
+        assert torch.equal(out, ref)
+        # a row's gradient sums up to 3 seeds: at most 2 roundings of a sum below 3 max|seed|
+        eps = torch.finfo(torch.float32).eps
+        torch.testing.assert_close(grad, ref_grad, rtol=0, atol=3 * float(seed.abs().max()) * eps)
+        if padding_idx is not None:
+            assert not grad[padding_idx].any()  # nn.Embedding's padding row learns nothing
+
+
+class FuriosaModulesOnCpu(backends.FuriosaBackend):
+    """The furiosa backend's pieces and loss, run by the host: no card to wait for."""
+
+    def synchronize(self) -> None:
+        pass
+
+
+def test_only_the_furiosa_backend_swaps_and_its_step_matches_the_cpu_step():
+    ids, labels = batch(2)
+    mb = data.MicroBatch(ids, torch.ones_like(ids), labels)
+    results = {}
+    for name, backend in (("cpu", backends.parse("cpu")[0]),
+                          ("card", FuriosaModulesOnCpu("furiosa:0", torch.device("cpu"),
+                                                       fused_adamw=False))):
+        model = models.build(models.resolve("tiny-llama"), VOCAB, seed=0)
+        # layer 0 resident (swapped in place), layers 1-3 offloaded (swapped copies)
+        engine = LayerEngine(model, [backend], 1, lr=1e-3, weight_decay=0.0, max_grad_norm=0.0)
+        loss = engine.step([mb], lr=0.0, update=False).loss
+        results[name] = engine, loss
+    cpu, card = results["cpu"][0], results["card"][0]
+    for s in cpu.slots:
+        assert type(s.module.self_attn.q_proj) is nn.Linear
+    for s in card.slots:
+        assert isinstance(s.module.mlp.down_proj, furiosa_modules.MmLinear)
+    assert type(cpu.embed) is nn.Embedding
+    assert isinstance(card.embed, furiosa_modules.IndexSelectEmbedding)
+
+    tokens = ids.numel()
+    ref_loss = results["cpu"][1]
+    assert abs(results["card"][1] - ref_loss) <= gamma(tokens + VOCAB) * abs(ref_loss)
+    path = tiny_path(tokens, SEQ)
+    pairs = list(zip(card.layer_grads(), cpu.layer_grads()))
+    pairs += [(card.embed.weight.grad, cpu.embed.weight.grad),
+              (card.head.weight.grad, cpu.head.weight.grad)]
+    for got, ref in pairs:
+        torch.testing.assert_close(got, ref, rtol=0,
+                                   atol=gamma(path) * float(ref.abs().max()))

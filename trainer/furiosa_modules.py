@@ -1,0 +1,183 @@
+"""The training step as an RNGD card runs it: the same arithmetic, from ops furiosa-torch 2026.4
+compiles and differentiates.
+
+furiosa-torch 2026.4.0 cannot differentiate the step as transformers writes it (the op report,
+docs/design.md): torch's ``embedding_backward`` does not compile; its gradient build of
+``linear`` (and of ``mm``) panics in its compiler at the q_proj, o_proj and MLP shapes; its
+export refuses the ``dtype`` argument of transformers' ``softmax(x, dim, dtype=float32)``;
+and ``nll_loss_backward``, the cross-entropy's gradient, does not compile. The card runs
+instead:
+
+- ``nn.Embedding`` as ``index_select`` of the same weight (``IndexSelectEmbedding``);
+- ``nn.Linear`` as ``mm`` of the flattened rows with the transposed weight, plus the bias,
+  its gradient written out as two more ``mm`` (``MmLinear``): the package compiles plain
+  ``mm`` at every shape of the step, while its own gradient build of ``mm`` panics as
+  ``linear``'s does;
+- the attention's softmax without ``dtype`` (``eager_attention``, registered with
+  transformers as ``furiosa_eager`` and named by each attention module's own config copy);
+- the causal-LM loss as ``log_softmax`` and an ``index_select`` of each label's
+  log-probability (``causal_lm_loss``), no ``nll_loss``.
+
+``for_card`` swaps them into a model or one piece of it; the parameters stay the same objects
+under the same names (masters, checkpoints, the tied head and ``trainer check`` see no
+difference). Only ``FuriosaBackend`` calls it: cpu and cuda keep transformers' modules. On the
+CPU both give the same loss and gradients up to fp32 summation order
+(tests/trainer/test_furiosa_modules.py).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.errors import UsageError
+
+#: The attention implementation name the card's attention modules carry in their config.
+ATTENTION = "furiosa_eager"
+
+
+class IndexSelectEmbedding(nn.Module):
+    """``nn.Embedding`` as the card runs it: the same rows by ``index_select``, the same weight
+    (shared, so masters and the tied head see one parameter). ``index_select`` is one of the
+    ops the package differentiates itself, and its build compiles. The padding row gets no
+    gradient, as ``nn.Embedding`` gives it none."""
+
+    def __init__(self, embed: nn.Embedding):
+        super().__init__()
+        if embed.max_norm is not None or embed.scale_grad_by_freq or embed.sparse:
+            raise UsageError("the furiosa backend runs the embedding as index_select, which "
+                             "has no max_norm, scale_grad_by_freq or sparse gradient")
+        self.weight = embed.weight
+        self.padding_idx = embed.padding_idx
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.weight.index_select(0, ids.reshape(-1)).reshape(*ids.shape, -1)
+        if self.padding_idx is None:
+            return rows
+        return torch.where((ids == self.padding_idx).unsqueeze(-1), rows.detach(), rows)
+
+
+class MmLinear(nn.Module):
+    """``nn.Linear`` as ``mm`` of the input's rows (flattened to 2-D) with the transposed
+    weight, plus the bias: the same parameters, the same products and sums. Its gradient is
+    written out (``MmWithGradient``), so that the card runs it as plain ``mm``."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight
+        self.register_parameter("bias", linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = MmWithGradient.apply(x.reshape(-1, self.in_features), self.weight)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+class MmWithGradient(torch.autograd.Function):
+    """``mm(x, weight.t())`` whose gradient is two more ``mm`` (``mm_backward``), not the
+    package's gradient build of ``mm``, which panics in its compiler at most of the step's
+    shapes (the op report). Autograd is off inside a Function's forward and backward, so on
+    the card each ``mm`` here takes the package's plain eager path: a forward compile."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return torch.mm(x, weight.t())
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        return mm_backward(grad, x, weight, *ctx.needs_input_grad)
+
+
+def mm_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                want_x: bool = True, want_weight: bool = True):
+    """The gradients of ``mm(x, weight.t())``: ``grad @ weight`` and ``grad.t() @ x``."""
+    return (torch.mm(grad, weight) if want_x else None,
+            torch.mm(grad.t(), x) if want_weight else None)
+
+
+def eager_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float,
+                    dropout: float = 0.0, **kwargs):
+    """transformers' eager attention (Llama's and Qwen2's are the same function) with its
+    softmax in fp32 by a cast before it instead of softmax's ``dtype`` argument."""
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    keys = repeat_kv(key, module.num_key_value_groups)
+    values = repeat_kv(value, module.num_key_value_groups)
+    weights = torch.matmul(query, keys.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = F.softmax(weights.to(torch.float32), dim=-1).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    out = torch.matmul(weights, values).transpose(1, 2).contiguous()
+    return out, weights
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION, eager_attention)
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int,
+                   num_items_in_batch: int | torch.Tensor | None = None,
+                   ignore_index: int = -100, shift_labels: torch.Tensor | None = None,
+                   **_) -> torch.Tensor:
+    """transformers' ``ForCausalLMLoss`` (shift, cross-entropy summed over the labelled tokens,
+    divided by ``num_items_in_batch``, else their mean) as ``log_softmax`` and an
+    ``index_select`` of each label's log-probability from the flattened table."""
+    logp = F.log_softmax(logits.to(torch.float32).reshape(-1, vocab_size), dim=-1)
+    if shift_labels is None:  # tokens < n predict n
+        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    target = shift_labels.reshape(-1).to(logp.device)
+    keep = target != ignore_index
+    rows = torch.arange(target.numel(), device=target.device)
+    picked = logp.reshape(-1).index_select(0, rows * vocab_size + torch.where(keep, target, 0))
+    total = -(picked * keep.to(picked.dtype)).sum()
+    if num_items_in_batch is None:
+        return total / keep.sum()
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(total.device)
+    return total / num_items_in_batch
+
+
+def _is_attention(module: nn.Module) -> bool:
+    from transformers.models.llama.modeling_llama import LlamaAttention
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention
+
+    return isinstance(module, (LlamaAttention, Qwen2Attention))
+
+
+def for_card(module: nn.Module) -> nn.Module:
+    """``module`` (a model, a decoder layer, the embedding or the head) as the card runs it:
+    its embeddings and linears swapped in place for the modules above, its attention modules
+    given a config of their own naming ``eager_attention``. Returns the module, or its
+    replacement when it is itself an embedding or a linear."""
+    swapped = _swap(module)
+    if swapped is not None:
+        return swapped
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            swapped = _swap(child)
+            if swapped is not None:
+                setattr(parent, name, swapped)
+        if _is_attention(parent) and parent.config._attn_implementation != ATTENTION:
+            _register_attention()
+            parent.config = copy.copy(parent.config)  # the model's own keeps its attention
+            parent.config._attn_implementation = ATTENTION
+    return module
+
+
+def _swap(module: nn.Module) -> nn.Module | None:
+    if isinstance(module, nn.Embedding):
+        return IndexSelectEmbedding(module)
+    if type(module) is nn.Linear:  # not a subclass that computes something else
+        return MmLinear(module)
+    return None
