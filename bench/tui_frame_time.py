@@ -3,6 +3,8 @@
     .venv/bin/python bench/tui_frame_time.py [--steps 100000] [--frames 30]
         [--plots plotext,textual-plot] [--profile 40]
 
+``--plots ...,textual-plot`` needs the ``bench`` extra: ``.venv/bin/pip install -e '.[bench]'``.
+
 Builds a home whose running run has a 10-step baseline and STEPS main steps
 (plus gate checks, an hour of host samples and a device holder), opens the
 app headless at 120x40 and measures, per refresh:
@@ -156,10 +158,10 @@ def main() -> int:
                              "print the N functions with the most cumulative time per widget")
     args = parser.parse_args()
     if "textual-plot" in args.plots.split(",") and importlib.util.find_spec("textual_plot") is None:
-        # Only this comparison needs it, so no extra of rngdctl installs it.
-        print("textual-plot is not installed: `.venv/bin/pip install textual-plot==0.10.1` "
-              "(the version measured in docs/performance.md), or leave it out of --plots",
-              file=sys.stderr)
+        # Only this comparison needs it: the `bench` extra, which `make` leaves out.
+        print("textual-plot is not installed: `.venv/bin/pip install -e '.[bench]'` "
+              "(textual-plot==0.10.1, the version measured in docs/performance.md), or leave "
+              "it out of --plots", file=sys.stderr)
         return 2
     now = 1_790_000_000.0
     ok = True

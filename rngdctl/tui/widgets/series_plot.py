@@ -5,7 +5,7 @@ and ``NativeSeriesPlot`` (textual-plot, a native Textual widget), measured
 against each other by bench/tui_frame_time.py (docs/performance.md, "TUI").
 ``PLOT`` names the one ``series_plot()`` makes. textual-plotext measured faster at
 the p95 and needs no snapshot change, so the app keeps it; textual-plot is not
-a dependency (``pip install textual-plot`` to measure it).
+a dependency (the ``bench`` extra installs it to measure it).
 """
 
 from __future__ import annotations
