@@ -25,13 +25,14 @@ Measured per tick:
   design and reported beside it.
 
 ``--followed K [K ...]`` measures the ticks with K runs followed at once
-instead: K runs are launched and their pods stay Running, each writing one
-step a tick to its log; the head of the queue is pinned to a node the
-cluster lacks, so every tick gates all N nodes and launches nothing. After the measured
+instead: K runs are launched (``[k8s] runs_per_node`` raised where K is more
+than the nodes) and their pods stay Running, each writing one step a tick to
+its log; the head of a queue of R runs is pinned to a node whose agent
+reports too high a load, so every tick gates all N nodes and launches nothing. After the measured
 ticks all K pods end in one tick (reported on its own line), and every run
 must have stored each of its steps exactly once.
 
-    .venv/bin/python bench/schedule_sim.py --nodes 5 50 --followed 0 1 20 --ticks 30
+    .venv/bin/python bench/schedule_sim.py --nodes 5 50 --followed 0 1 20 --runs 500 --ticks 30
 
 (``--run-ticks N``: the runs' pods stay Running and all end every N ticks, so
 many runs are followed at once while the queue drains; ``--pin``: ``[k8s]
@@ -105,8 +106,8 @@ class TimedLauncher(K8sLauncher):
             self.waits.append(time.perf_counter() - self.daemon.passed_at)
 
 
-def agent_configmap(node: str, now: float) -> dict:
-    reading = {"v": 1, "time": now, "load": [1.0, 1.0, 1.0], "complete": True,
+def agent_configmap(node: str, now: float, load: float = 1.0) -> dict:
+    reading = {"v": 1, "time": now, "load": [load] * 3, "complete": True,
                "unreadable": 0, "visibility": "every process is visible", "holders": [],
                "cards": [], "cards_note": None, "idle_since": {}}
     return nodes.agent_configmap(node, NS, reading, heartbeat=now, tick=TICK)
@@ -274,17 +275,20 @@ def verdict(n_nodes: int, worst_calls: int, cpu_p95: float) -> bool:
 
 # === K runs followed at once =================================================
 
-#: The head of the queue in --followed: pinned to a node the cluster does not have (one that
-#: is down), so every tick gates every node and nothing launches.
-NOWHERE = "rngd-node-0"
+#: The head of the queue in --followed is pinned to this node, whose agent then reports a load
+#: above ``[gates] load_max``: every tick gates every node and launches nothing.
+BUSY = "rngd-node-1"
 
 
-def follow_many(n_nodes: int, k: int, ticks: int, *, leader: bool) -> dict:
-    """K runs followed, each pod writing a step a tick; the head gates every node, never launches."""
+def follow_many(n_nodes: int, k: int, ticks: int, *, queued: int, leader: bool) -> dict:
+    """K runs followed, each pod writing a step a tick; the head of a queue of ``queued`` runs
+    gates every node each tick and never launches."""
     sim = setup(n_nodes, pin=False, leader=leader, autopilot=lambda job: [
         start_line(0), step_line(1)])
     cluster, store = sim.cluster, sim.store
     cluster.kmock.autopilot_hold = True
+    # Room for K runs of 2 cards (8 cards a node): at 5 nodes, 20 runs take 4 a node.
+    sim.launcher.config.k8s.runs_per_node = max(1, -(-k // n_nodes))
     runs = [store.add_run(validate({"cards": 2, "resident": 2, "steps": 10_000}),
                           name=f"sim-{i}") for i in range(k)]
     sim.daemon.start()
@@ -294,8 +298,13 @@ def follow_many(n_nodes: int, k: int, ticks: int, *, leader: bool) -> dict:
         sim.tick()
     if sum(r["status"] == "running" for r in map(store.run, runs)) != k:
         raise SystemExit(f"{k} runs did not all start: {[store.run(r)['status'] for r in runs]}")
-    store.add_run(validate({"cards": 2, "resident": 2, "steps": 3, "node": NOWHERE}),
-                  name="pinned-nowhere")
+    # BUSY's agent now reports a high load, and the queue's head waits for BUSY.
+    load = sim.launcher.config.gates.load_max + 10
+    cluster.put("v1/configmaps", agent_configmap(BUSY, sim.clock.now, load=load))
+    store.add_run(validate({"cards": 2, "resident": 2, "steps": 3, "node": BUSY}),
+                  name="pinned-busy")
+    for i in range(queued - 1):
+        store.add_run(validate({"cards": 2, "resident": 2, "steps": 3}), name=f"behind-{i}")
     sim.tick()  # the first gate check of the head (its start-up is over)
     pods = list(cluster.kmock.logs)  # the K runs' pods (the autopilot wrote their logs)
     steps = 1
@@ -314,14 +323,14 @@ def follow_many(n_nodes: int, k: int, ticks: int, *, leader: bool) -> dict:
     counts = [len(store.steps(r)) for r in runs]
     statuses = [store.run(r)["status"] for r in runs]
     sim.close()
-    return {"nodes": n_nodes, "k": k, "rows": rows, "ended": ended, "steps": steps,
+    return {"nodes": n_nodes, "k": k, "queued": queued, "rows": rows, "ended": ended, "steps": steps,
             "counts": counts, "statuses": statuses}
 
 
 def report_followed(sims: list[dict]) -> bool:
-    print(f"\n== runs followed at once: each pod writes one step a tick; the head of the queue "
-          f"is pinned to {NOWHERE}, which the cluster lacks, so every tick gates every node and "
-          f"launches nothing")
+    print(f"\n== runs followed at once: each pod writes one step a tick; the head of a queue of "
+          f"{sims[0]['queued']} runs is pinned to {BUSY}, whose load is too high, so every tick "
+          f"gates every node and launches nothing")
     print(f"{'nodes':>5} {'followed':>8} {'ticks':>5}  {'sched+status calls min/max':>26}  "
           f"{'log reads max':>13}  {'CPU ms median/p95/max':>22}  {'end tick calls':>14}  "
           f"{'end tick CPU ms':>15}  steps stored once  calls per tick by operation (mean)")
@@ -373,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.getloadavg()[0]:.1f}")
     ok = True
     if args.followed is not None:
-        ok &= report_followed([follow_many(n, k, args.ticks, leader=not args.no_leader)
+        ok &= report_followed([follow_many(n, k, args.ticks, queued=args.runs,
+                                           leader=not args.no_leader)
                                for n in args.nodes for k in args.followed])
     else:
         for n in args.nodes:
