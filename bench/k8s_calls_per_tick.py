@@ -65,14 +65,14 @@ def main() -> int:
 
     # Idle with a queued run that waits on cards: every tick is a full gate check.
     cluster.add_pod("holder", cards=8, namespace="inference")
-    run_id = store.add_run(validate({"cards": 2, "resident": 4, "steps": 200}))
+    run_id = store.add_run(validate({"cards": 2, "resident": 2, "steps": 200}))
     idle = [tick(t) for t in range(TICKS)]
     # Idle with an empty queue: nothing to gate.
     store.request_cancel(run_id)
     empty = [tick(TICKS + t) for t in range(TICKS)]
 
     # A queued run whose image is not on the node: a card-less pre-pull pod pulls it.
-    run_id = store.add_run(validate({"cards": 2, "resident": 4, "steps": 200,
+    run_id = store.add_run(validate({"cards": 2, "resident": 2, "steps": 200,
                                      "image": "registry.example/other:1"}))
     prepull = [tick(2 * TICKS + t) for t in range(2)]
     [pod] = cluster.names("v1/pods")
@@ -86,7 +86,7 @@ def main() -> int:
 
     # A run: free the cards, launch, then tick while the pod logs steps.
     cluster.kmock.objects["v1/pods", "inference", "holder"].delete()
-    run_id = store.add_run(validate({"cards": 2, "resident": 4, "steps": 200}))
+    run_id = store.add_run(validate({"cards": 2, "resident": 2, "steps": 200}))
     now = 100
     while store.run(run_id)["status"] == "queued":
         tick(now)

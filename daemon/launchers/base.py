@@ -53,6 +53,11 @@ class Launcher(Protocol):
     def follow(self, run: dict) -> Outcome | None:
         """Ingest what the run wrote since the last call; its Outcome once it ended."""
 
+    # Optional: ``look(runs)``, a context manager around one tick, in which the launcher
+    # may read every active run's state at once for the tick's ``follow`` calls and gate
+    # check (the k8s launcher: list calls whatever the number of runs). The daemon calls
+    # it when the launcher has it.
+
     def cancel(self, run: dict) -> None:
         """Begin stopping the run; ``follow`` reports the ``cancelled`` outcome."""
 

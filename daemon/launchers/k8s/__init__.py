@@ -4,12 +4,13 @@ One class, ``K8sLauncher`` (``launcher.py``: the Launcher protocol and its
 plumbing), built from one module per idea:
 
 - ``jobs.py``: the Job's life: create (or adopt), find, delete, compile first;
-- ``following.py``: one look at a running run: its Job, its pod, the new log
-  lines, ingested;
+- ``following.py``: one look a tick at every running run's Job and pod, then
+  each run's new log lines, ingested;
 - ``outcomes.py``: how an attempt ended: the failure classification (deadline,
   admission, eviction, OOM, exit code, image pull) and the retry verdicts;
 - ``images.py``: the image on the node and the card-less pre-pull pods;
-- ``holders.py``: device holders after a launch (a foreign one deletes the Job);
+- ``holders.py``: device holders after a launch (a foreign one deletes the Job),
+  from this host's /proc or, with agents, the agent of the pod's node;
 - ``agents.py``: every node at once from the node agents' readings.
 
 Per tick (see docs/design.md, "Kubernetes launcher"):
@@ -17,8 +18,10 @@ Per tick (see docs/design.md, "Kubernetes launcher"):
 - idle: ``cluster_reading`` reads the node and the pods bound to it (2 calls):
   cards free and the image hint. An image that is not on the node is pulled
   by a card-less pre-pull pod first, so the card Job never waits on a pull.
-- running: ``follow`` reads the Job, its pod and the new part of the pod log
-  (3 calls), ingests the lines, and ends the run from the pod's state.
+- running: the tick's ``look`` lists the followed runs' pods (and their Jobs
+  only when a pod does not say what happens next): list calls whatever the
+  number of runs; ``follow`` reads each started pod's new log lines (1 call a
+  pod), ingests them, and ends the run from the pod's state.
 - An image-pull error deletes the Job in the same tick (the cards come back
   at once) and marks the image missing; when ``daemon/retry.py`` takes the
   failure as transient (the image was pulled before) the run is requeued and

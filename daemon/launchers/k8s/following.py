@@ -1,33 +1,176 @@
-"""Following a running run: one look at its Job and pod, and the new log lines ingested."""
+"""Following the running runs: one look a tick at all their Jobs and pods, then per run the
+new log lines ingested and the run's end read from its pod and Job.
+
+A tick's look (``look``) costs list calls whatever the number of runs followed
+(docs/design.md, "Following many runs"):
+
+- the pods: with node agents, our pods among the live pods of every namespace,
+  the list the gate check of the same tick reads anyway (so no call of its
+  own); else our namespace's pods (1 call);
+- the Jobs (1 call), only in a tick where some followed run's pod is not
+  simply running: a Job matters while its pod is pending, ending, ended or
+  deleting, or for a cancel; and, with agents, our pods of every phase
+  (1 call), since the live list leaves out the ended ones;
+- the log (1 call per pod whose container has started), from the stored cursor.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass, field
+
+from daemon import nodes
 from daemon.k8s import cluster, jobspec
-from daemon.k8s.client import K8sRejected
+from daemon.k8s.client import K8sError, K8sRejected
 from daemon.k8s.logs import LogCursor
 from daemon.launchers.base import Outcome
 from daemon.store import CANCELLED, DONE, FAILED
 
+#: Our Jobs and pods (pre-pull pods too: they carry no run's Job label, and are left out).
+OURS = {jobspec.MANAGED_BY: jobspec.MANAGER}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a look saw of one followed run: its Job (None: gone) and its pods."""
+
+    job: dict | None
+    pods: list[dict] = field(default_factory=list)
+    #: False: its pod simply runs, and the Job was not listed (nothing of it is needed).
+    job_listed: bool = True
+
+
+def _by_job(pods: list[dict], namespace: str) -> dict[str, list[dict]]:
+    """Our pods in ``namespace`` by the Job they belong to (our Job label)."""
+    out: dict[str, list[dict]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if meta.get("namespace", namespace) != namespace \
+                or labels.get(jobspec.MANAGED_BY) != jobspec.MANAGER:
+            continue
+        job = labels.get(jobspec.JOB_LABEL)
+        if job:
+            out.setdefault(job, []).append(pod)
+    return out
+
+
+def _stage(obj: dict | None) -> str:
+    return (((obj or {}).get("metadata") or {}).get("labels") or {}).get(jobspec.STAGE_LABEL,
+                                                                          jobspec.TRAIN)
+
 
 class FollowMixin:
     """Part of ``K8sLauncher``: ``follow``'s look at the cluster."""
+
+    # === one look a tick for every followed run ==============================
+
+    @contextlib.contextmanager
+    def look(self, runs: list[dict]):
+        """Around one tick of the daemon: the Jobs and pods of every followed run in list
+        calls, which the tick's ``follow`` calls (each takes its run's part once) and its
+        gate check (the live pods, the agents' readings) then read instead of calling."""
+        self._seen, self._shared = {}, {}
+        followed = [r for r in runs if r.get("job_name")]
+        if followed:
+            try:
+                self._seen = self._take_look(followed)
+            except K8sError as exc:  # each run's follow meets it, as its own calls would have
+                self._seen = {r["job_name"]: exc for r in followed}
+        try:
+            yield
+        finally:
+            self._seen, self._shared = {}, {}
+
+    def _take_look(self, runs: list[dict]) -> dict[str, Seen]:
+        if self.k8s.agents:
+            live = self.client.list_live_pods()
+            self._shared["live_pods"] = live  # the gate check's list this tick
+            by_job, complete = _by_job(live, self.ns), False
+        else:
+            by_job, complete = _by_job(self.client.list_pods(self.ns, OURS), self.ns), True
+        seen: dict[str, Seen] = {}
+        steady, rest = [], []
+        for run in runs:
+            pods = by_job.get(run["job_name"], [])
+            if self._steady(run, pods):
+                seen[run["job_name"]] = Seen(None, pods, job_listed=False)
+                steady.append(run)
+            else:
+                rest.append(run["job_name"])
+        if rest and not complete:  # the live list leaves out the pods that ended
+            by_job = _by_job(self.client.list_pods(self.ns, OURS), self.ns)
+        need = [name for name in rest if self._needs_job(by_job.get(name, []))]
+        jobs = {(j.get("metadata") or {}).get("name"): j
+                for j in self.client.list_jobs(self.ns, OURS)} if need else {}
+        for name in rest:
+            if name in need:
+                job = jobs.get(name)
+                seen[name] = Seen(job, by_job.get(name, []) if job is not None else [])
+            else:
+                seen[name] = Seen(None, by_job.get(name, []), job_listed=False)
+        if self.k8s.agents and any(not self.state.run(r["id"]).get("checked") for r in steady):
+            # A run before its first step gets the foreign-holder check, from its node's
+            # agent: one list for them all, which the gate check then reads too.
+            self._shared["agents"] = self.client.list_configmaps(self.ns, nodes.AGENT_LABELS)
+        return seen
+
+    @staticmethod
+    def _steady(run: dict, pods: list[dict]) -> bool:
+        """Its pod simply runs: nothing of its Job can end the run this tick.
+
+        The Job controller deletes a Job's pods when it fails the Job (its deadline),
+        and a deleted Job's pods go with it, so a Job that ends while its pod runs
+        shows on the pod (deleting) by the next tick.
+        """
+        if run.get("cancel_requested") or not pods:
+            return False
+        view = cluster.pod_view(cluster.newest(pods), jobspec.CONTAINER)
+        return (view.phase == "Running" and view.running and not view.deleting
+                and view.waiting is None)
+
+    @staticmethod
+    def _needs_job(pods: list[dict]) -> bool:
+        """Whether the run's Job must be read too: not when its pod's own state says what
+        happens next (it runs, it ended with its exit code, OOM, eviction or rejection, or
+        its image cannot be used). It must when there is no pod (gone with its Job, or not
+        made yet), the pod is pending or being deleted, or the Job's deadline ended it."""
+        if not pods:
+            return True
+        view = cluster.pod_view(cluster.newest(pods), jobspec.CONTAINER)
+        if view.deleting or view.reason == "DeadlineExceeded":
+            return True
+        if view.finished or view.running:
+            return False
+        return view.waiting not in cluster.PULL_ERRORS + cluster.CONFIG_ERRORS
+
+    def _seen_of(self, name: str) -> Seen:
+        """This tick's look at the run's Job and pods; outside a look, 2 calls of its own."""
+        seen = self._seen.pop(name, None)
+        if isinstance(seen, K8sError):
+            raise seen
+        if seen is not None:
+            return seen
+        job = self.client.read_job(self.ns, name)
+        if job is None:
+            return Seen(None)
+        return Seen(job, self.client.list_pods(self.ns, {jobspec.JOB_LABEL: name}))
 
     # === following ===========================================================
 
     def _follow(self, run: dict, name: str) -> Outcome | None:
         run_id = run["id"]
         # 1. The Job. Gone: cancelled by us, or removed by someone else.
-        job = self.client.read_job(self.ns, name)
-        if job is None:
+        seen = self._seen_of(name)
+        job, pods = seen.job, seen.pods
+        if job is None and seen.job_listed:
             if run.get("cancel_requested"):
                 return Outcome(CANCELLED, "cancelled")
             return Outcome(FAILED, f"Job {self.ns}/{name} disappeared before it finished"
                                    + self._tail_suffix(run_id))
-        stage = ((job.get("metadata") or {}).get("labels") or {}).get(jobspec.STAGE_LABEL,
-                                                                        jobspec.TRAIN)
-        # 2. Its pod.
-        pods = self.client.list_pods(self.ns, {jobspec.JOB_LABEL: name})
+        # 2. Its pod (the stage is on both, as the Job's template gave it to the pod).
         pod = cluster.newest(pods)
+        stage = _stage(job if job is not None else pod)
         view = cluster.pod_view(pod, jobspec.CONTAINER) if pod else None
 
         # 3. A cancel the scheduler asked for: make sure the Job is gone.
@@ -49,8 +192,9 @@ class FollowMixin:
             self._note_pod(run, view)
             self._read_log(run, view.name, stage, final=view.finished)
 
-        # 6. Ended? The pod's state first, then the Job's conditions.
-        outcome = self._ended(run, job, view, stage)
+        # 6. Ended? The pod's state first, then the Job's conditions (a pod that simply
+        # runs cannot have ended, and one that ended says how: the Job was not listed).
+        outcome = self._ended(run, name, job, view, stage)
         if outcome is not None:
             if stage == jobspec.COMPILE and outcome.status == DONE:
                 if view is not None and view.image_id:

@@ -55,6 +55,12 @@ class K8sLauncher(FollowMixin, OutcomesMixin, JobsMixin, ImagesMixin, HoldersMix
         # The nodes as the agents' gate check last listed them: a launch right after
         # it reads the node's card resource here instead of one more API call.
         self._listed: dict[str, dict] = {}
+        # ... and their agents' readings: a launch there notes the holders before it.
+        self._readings: dict[str, object] = {}
+        # One tick's look at the followed runs (following.py): each run's Seen, taken once,
+        # and the lists the tick's gate check shares ("live_pods", "agents").
+        self._seen: dict = {}
+        self._shared: dict[str, list] = {}
 
     # === plumbing ============================================================
 
@@ -210,7 +216,7 @@ class K8sLauncher(FollowMixin, OutcomesMixin, JobsMixin, ImagesMixin, HoldersMix
         except (K8sError, ConfigError) as exc:
             raise LaunchError(str(exc)) from None
         # A new attempt: what the last one saw of holders and its trainer's end is void.
-        self.state.update_run(run["id"], before=sorted(h.pid for h in self._host().holders),
+        self.state.update_run(run["id"], before=self._holder_pids(node),
                               checked=None, end=None, waiting=None, decided=None)
         precompile = bool(run["config"].get("precompile") or self.k8s.precompile)
         stage = jobspec.COMPILE if precompile and not self._compiled_already(run, node) \

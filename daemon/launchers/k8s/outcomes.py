@@ -20,22 +20,24 @@ TAIL_LINES = 20
 class OutcomesMixin:
     """Part of ``K8sLauncher``: the failure classification."""
 
-    def _ended(self, run: dict, job: dict, view: cluster.PodView | None,
+    def _ended(self, run: dict, name: str, job: dict | None, view: cluster.PodView | None,
                stage: str) -> Outcome | None:
+        """The attempt's outcome from its pod, then its Job (None: the Job was not listed,
+        as the pod's own state settles it; see following.py ``_needs_job``)."""
         run_id = run["id"]
-        condition = cluster.job_condition(job)
+        condition = cluster.job_condition(job) if job is not None else None
         deadline = (condition is not None and condition[1] == "DeadlineExceeded") or (
             view is not None and view.reason == "DeadlineExceeded")
         if deadline:
-            seconds = (job.get("spec") or {}).get("activeDeadlineSeconds")
+            seconds = ((job or {}).get("spec") or {}).get("activeDeadlineSeconds")
             return Outcome(TIMEOUT, f"DeadlineExceeded: the Job ran past its {seconds} s "
                                     f"deadline" + self._tail_suffix(run_id, stage))
         if view is not None and cluster.admission_rejected(view):
-            return self._rejected(run, job, view)
+            return self._rejected(run, name, view)
         put_out = view is not None and (view.reason in cluster.EVICTION_REASONS
                                         or view.disrupted or view.phase == "Unknown")
         if put_out and (view.phase in ("Failed", "Unknown") or view.deleting):
-            return self._evicted(run, job, view)
+            return self._evicted(run, name, view)
         if view is not None and view.terminated == "OOMKilled":
             return Outcome(OOM, "OOMKilled: the container ran out of memory"
                                 + self._tail_suffix(run_id, stage), view.exit_code)
@@ -57,20 +59,20 @@ class OutcomesMixin:
                                    + self._tail_suffix(run_id, stage))
         return None
 
-    def _evicted(self, run: dict, job: dict, view: cluster.PodView) -> Outcome:
+    def _evicted(self, run: dict, name: str, view: cluster.PodView) -> Outcome:
         why = view.reason or view.disrupted or ("node lost" if view.phase == "Unknown" else "")
         reason = f"pod {view.name} was put out ({why}): {view.message or ''}".strip()
         verdict = retry.decide(retry.EVICTION if self.k8s.requeue_on_eviction else None,
                                tries=self._tries(run), limit=self._limit(),
                                evidence="the pod was put out; [k8s] requeue_on_eviction")
-        outcome = self._end_attempt(run, job["metadata"]["name"], [view.name], Outcome(
+        outcome = self._end_attempt(run, name, [view.name], Outcome(
             REQUEUE, reason, retry=verdict.event(reason)) if verdict.retry else Outcome(
             FAILED, reason))
         if verdict.retry:
             self.store.add_event(run["id"], "evicted", reason, now=self.clock())
         return outcome
 
-    def _rejected(self, run: dict, job: dict, view: cluster.PodView) -> Outcome:
+    def _rejected(self, run: dict, name: str, view: cluster.PodView) -> Outcome:
         """The node refused the pod at admission (``OutOf<resource>``): requeue, N tries.
 
         Whatever ``requeue_on_eviction`` says: the pod never ran, someone else won the
@@ -85,7 +87,7 @@ class OutcomesMixin:
         outcome = Outcome(REQUEUE, reason, retry=verdict.event(reason)) if verdict.retry \
             else Outcome(FAILED, f"the node rejected the pod on {tries} "
                                  f"tr{'y' if tries == 1 else 'ies'}; last: {reason}")
-        self._end_attempt(run, job["metadata"]["name"], [view.name], outcome)
+        self._end_attempt(run, name, [view.name], outcome)
         self.store.add_event(run["id"], "admission_rejected",
                              f"{reason} (try {tries} of {self._limit()})",
                              now=self.clock(), data={"reason": view.reason,
