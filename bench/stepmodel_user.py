@@ -29,6 +29,8 @@ Targets (issue 11), printed as PASS/MISS per row:
 
     .venv/bin/python bench/stepmodel_user.py --samples 5                 # quiet host, default mode
     .venv/bin/python bench/stepmodel_user.py --samples 5 --hog --interleave 0,5
+    .venv/bin/python bench/stepmodel_user.py --models llama-3.1-8b-mini --configs 1x8,2x4 \
+        --samples 3 --hog --keep runs/   # some configs; keep each run's store and step log
 
 Exit 0 when every row meets its target, 1 when one misses, 2 when a run fails.
 """
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -146,7 +149,7 @@ def stop(procs: list[subprocess.Popen]) -> None:
 
 def one_sample(args, model: str, cards: int, resident: int, interleave: int, hog: bool) -> Sample:
     load0 = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="rngd-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rngd-bench-", dir=args.keep) as tmp:
         home = Path(tmp)
         rid = int(rngdctl(home, "submit", "--cards", str(cards), "--resident", str(resident),
                           "--model", model, "--steps", str(args.steps), "--baseline",
@@ -179,6 +182,9 @@ def one_sample(args, model: str, cards: int, resident: int, interleave: int, hog
         if daemon.returncode != 0:
             sys.exit(f"daemon exited {daemon.returncode}: {daemon.stderr.read()[-2000:]}")
         shown = json.loads(rngdctl(home, "show", str(rid), "--json").stdout)
+        if args.keep:  # the run's store and step log, to compare the model's versions on
+            kept = Path(args.keep) / f"{model}-{cards}x{resident}-i{interleave}-{home.name}"
+            shutil.copytree(home, kept, ignore=shutil.ignore_patterns("*.lock"))
     if shown["run"]["status"] != "done":
         sys.exit(f"run ended {shown['run']['status']}: {shown['run'].get('exit_reason')}")
     m = shown.get("model") or {}
@@ -264,6 +270,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the trainer")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run")
     ap.add_argument("--json", help="also write every sample to this file (JSON lines)")
+    ap.add_argument("--keep", help="keep each sample's home (its store and step logs) here")
     args = ap.parse_args()
     wanted = set(args.configs.split(",")) if args.configs else None
 

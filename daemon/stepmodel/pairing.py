@@ -92,10 +92,12 @@ def paired(baseline_steps: list[dict], main_steps: list[dict], block: int,
                 on_base += [v / level for v in b]
                 on_main += [v / level for v in m]
         if on_base and statistics.median(on_base) > 0:
-            m, b = statistics.median(on_main), statistics.median(on_base)
-            out[key] = m / b * _anchor(key, prediction, [s for k in pairs for s in base[k]])
-            spreads[key] = 2 * math.hypot(median_se(stats.quartiles(on_main), m, len(on_main)),
-                                          median_se(stats.quartiles(on_base), b, len(on_base)))
+            mid_main, mid_base = statistics.median(on_main), statistics.median(on_base)
+            out[key] = mid_main / mid_base * _anchor(key, prediction,
+                                                     [s for k in pairs for s in base[k]])
+            spreads[key] = 2 * math.hypot(
+                median_se(stats.quartiles(on_main), mid_main, len(on_main)),
+                median_se(stats.quartiles(on_base), mid_base, len(on_base)))
     return out, spreads
 
 
@@ -103,8 +105,8 @@ def _anchor(key: str, prediction: Prediction | None, base: list[dict]) -> float:
     """What the paired ratio multiplies: the prediction's value, else the baseline's median."""
     if prediction is not None:
         return prediction.step_s if key == "step_s" else prediction.phases[key]
-    return statistics.median(float(measured) for measured in (
-        s["step_s"] if key == "step_s" else (s.get("phases") or {}).get(key, 0.0) for s in base))
+    return statistics.median(float(s["step_s"] if key == "step_s"
+                                   else (s.get("phases") or {}).get(key, 0.0)) for s in base)
 
 
 def paired_window(main_config: dict | None, baseline_steps: Steps) -> dict:
