@@ -2,10 +2,11 @@
 
 ``MinMaxBuckets`` keeps each bucket's minimum and maximum, so a plot has a
 bounded number of points whatever the run's length and a spike survives.
-``PassPlots`` feeds both plots from ``Store.step_series`` rows. A finished
-run's plots are computed once when it ends (``stats.seal`` stores
-``PassPlots.state()``), so the TUI's first read of a 1,000,000-step run that
-has ended is one row, not a million.
+``PassPlots`` feeds both plots from ``Store.step_series`` rows. Ingest keeps
+each pass's plots as its steps arrive (``keep_plots``), and a finished run's
+are sealed when it ends (``stats.seal`` stores ``PassPlots.state()``), so the
+TUI's first read of a 1,000,000-step run, running or ended, is one row and the
+steps stored since, not a million.
 """
 
 from __future__ import annotations
@@ -138,7 +139,35 @@ class PassPlots:
 
 
 def pass_plots(store, run_id: int, label: str, buckets: int = PLOT_BUCKETS) -> PassPlots:
-    """The pass's plots over all its stored steps."""
-    plots = PassPlots(buckets)
+    """The pass's plots over all its stored steps: the plots ingest kept (``keep_plots``)
+    and the steps stored after them, or every step where none were kept."""
+    plots = kept_plots(store, run_id, label, buckets)
     plots.read(store, run_id, label)
+    if plots.count != store.step_counts(run_id).get(label, 0):
+        # A step stored out of order, before the newest the plots held: they never
+        # saw it (they read on from their newest). Read the pass whole.
+        plots = PassPlots(buckets)
+        plots.read(store, run_id, label)
     return plots
+
+
+def kept_plots(store, run_id: int, label: str, buckets: int = PLOT_BUCKETS) -> PassPlots:
+    """The plots ``keep_plots`` stored for the pass, as they were then; empty ones where
+    none were kept (or for other buckets, or by an older rngdctl)."""
+    plots = PassPlots(buckets)
+    kept = store.pass_state(run_id, label, "plots")
+    try:
+        if kept is not None and kept[1]["loss"]["limit"] == buckets:
+            plots.restore(kept[1])
+    except (KeyError, TypeError, ValueError):
+        plots = PassPlots(buckets)
+    return plots
+
+
+def keep_plots(store, run_id: int, labels) -> None:
+    """Bring the passes' kept plots up to their newest steps and store them (ingest, after
+    new steps): a reader's first look at a running pass restores them and reads only
+    the steps stored since, not the whole pass."""
+    for label in labels:
+        plots = pass_plots(store, run_id, label)
+        store.set_pass_state(run_id, label, "plots", plots.state(), steps=plots.count)
