@@ -63,6 +63,28 @@ class MinMaxBuckets:
         if len(self._buckets) > (2 * self.limit if self.width == 1 else self.limit):
             self._merge()
 
+    def extend(self, xs: list, ys: list) -> None:
+        """``append`` each point in order; the points that fill the newest bucket's room
+        are taken at once (C's min, max and index: the first of equals, as ``append``)."""
+        i, n = 0, len(xs)
+        while i < n:
+            bucket = self._buckets[-1] if self._buckets else None
+            room = self.width - bucket[0] if bucket is not None else 0
+            if room <= 1:  # a new bucket opens (and buckets may merge): one point
+                self.append(xs[i], ys[i])
+                i += 1
+                continue
+            j = min(n, i + room)
+            part = ys[i:j]
+            low, high = min(part), max(part)
+            if low < bucket[1][1]:
+                bucket[1] = (xs[i + part.index(low)], low)
+            if high > bucket[2][1]:
+                bucket[2] = (xs[i + part.index(high)], high)
+            bucket[0] += j - i
+            self.count += j - i
+            i = j
+
     def _merge(self) -> None:
         merged = []
         for i in range(0, len(self._buckets), 2):
@@ -107,11 +129,11 @@ class PassPlots:
 
     def extend(self, rows: list[tuple]) -> None:
         """Add ``Store.step_series`` rows, in step order, after those already added."""
-        for step, loss, step_s, _tokens, _t in rows:
-            if loss is not None and math.isfinite(loss):
-                self.loss_plot.append(step, loss)
-            if step > WARMUP_STEPS:
-                self.time_plot.append(step, step_s)
+        finite = [(step, loss) for step, loss, _, _, _ in rows
+                  if loss is not None and math.isfinite(loss)]
+        self.loss_plot.extend([x for x, _ in finite], [y for _, y in finite])
+        timed = [(step, step_s) for step, _, step_s, _, _ in rows if step > WARMUP_STEPS]
+        self.time_plot.extend([x for x, _ in timed], [y for _, y in timed])
         if rows:
             self.last, self.last_loss = rows[-1][0], rows[-1][1]
             self.count += len(rows)

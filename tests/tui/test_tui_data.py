@@ -145,3 +145,19 @@ def test_a_running_pass_is_first_read_from_the_plots_ingest_kept_not_step_by_ste
     view = source.build().current
     assert (view.step, view.loss.points) == (140, 140)
     assert view.median_s == stats.median_step_s(store.steps(run))
+
+
+def test_points_taken_a_bucket_at_a_time_are_the_points_appended_one_by_one():
+    import random
+
+    rng = random.Random(3)
+    ys = [rng.choice([1.0, 2.0, 3.0]) if rng.random() < 0.5 else rng.random() for _ in range(5000)]
+    one, bulk = MinMaxBuckets(limit=20), MinMaxBuckets(limit=20)
+    for x, y in enumerate(ys):
+        one.append(x, y)
+    i = 0
+    while i < len(ys):  # in chunks of random size, as a refresh reads them
+        k = rng.randint(1, 700)
+        bulk.extend(list(range(i, min(i + k, len(ys)))), ys[i:i + k])
+        i += k
+    assert bulk.state() == one.state()
