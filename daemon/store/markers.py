@@ -193,6 +193,12 @@ class Markers(Connection):
         for the pass's current count, or 0-token steps to place at ``absent_as``)."""
         if column not in MARKED:
             return None
+        with self._snapshot():  # the markers and the walk from them: one commit's
+            return self._marked_sorted_now(run_id, config_label, column, offset, count,
+                                           absent_as)
+
+    def _marked_sorted_now(self, run_id: int, config_label: str, column: str, offset: int,
+                           count: int, absent_as: float | None) -> list | None:
         n = self._steady_count(run_id, config_label)
         marks = self._marks(run_id, config_label, column, steady=n)
         if not marks:
