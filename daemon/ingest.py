@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
-from daemon import faults
+from daemon import faults, series
 from daemon.store import Store
 from trainer import records
 
@@ -53,6 +53,8 @@ class Ingest:
                     getattr(parsed, "text", line), f"the store refused it: {exc!r}"))
         # Steps go in after the pass they belong to is known, in one transaction.
         fed.new_steps = self._steps(run_id, steps, fed)
+        if fed.new_steps:  # the passes' plots follow, so no reader has to read every step
+            series.keep_plots(self.store, run_id, sorted({s.config_label for s, _ in steps}))
         if fed.new_steps:
             faults.point("after_first_step")  # the steps are stored, the offset is not
         if fed.malformed:

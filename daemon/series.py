@@ -2,10 +2,11 @@
 
 ``MinMaxBuckets`` keeps each bucket's minimum and maximum, so a plot has a
 bounded number of points whatever the run's length and a spike survives.
-``PassPlots`` feeds both plots from ``Store.step_series`` rows. A finished
-run's plots are computed once when it ends (``stats.seal`` stores
-``PassPlots.state()``), so the TUI's first read of a 1,000,000-step run that
-has ended is one row, not a million.
+``PassPlots`` feeds both plots from ``Store.step_series`` rows. Ingest keeps
+each pass's plots as its steps arrive (``keep_plots``), and a finished run's
+are sealed when it ends (``stats.seal`` stores ``PassPlots.state()``), so the
+TUI's first read of a 1,000,000-step run, running or ended, is one row and the
+steps stored since, not a million.
 """
 
 from __future__ import annotations
@@ -62,6 +63,28 @@ class MinMaxBuckets:
         if len(self._buckets) > (2 * self.limit if self.width == 1 else self.limit):
             self._merge()
 
+    def extend(self, xs: list, ys: list) -> None:
+        """``append`` each point in order; the points that fill the newest bucket's room
+        are taken at once (C's min, max and index: the first of equals, as ``append``)."""
+        i, n = 0, len(xs)
+        while i < n:
+            bucket = self._buckets[-1] if self._buckets else None
+            room = self.width - bucket[0] if bucket is not None else 0
+            if room <= 1:  # a new bucket opens (and buckets may merge): one point
+                self.append(xs[i], ys[i])
+                i += 1
+                continue
+            j = min(n, i + room)
+            part = ys[i:j]
+            low, high = min(part), max(part)
+            if low < bucket[1][1]:
+                bucket[1] = (xs[i + part.index(low)], low)
+            if high > bucket[2][1]:
+                bucket[2] = (xs[i + part.index(high)], high)
+            bucket[0] += j - i
+            self.count += j - i
+            i = j
+
     def _merge(self) -> None:
         merged = []
         for i in range(0, len(self._buckets), 2):
@@ -106,11 +129,11 @@ class PassPlots:
 
     def extend(self, rows: list[tuple]) -> None:
         """Add ``Store.step_series`` rows, in step order, after those already added."""
-        for step, loss, step_s, _tokens, _t in rows:
-            if loss is not None and math.isfinite(loss):
-                self.loss_plot.append(step, loss)
-            if step > WARMUP_STEPS:
-                self.time_plot.append(step, step_s)
+        finite = [(step, loss) for step, loss, _, _, _ in rows
+                  if loss is not None and math.isfinite(loss)]
+        self.loss_plot.extend([x for x, _ in finite], [y for _, y in finite])
+        timed = [(step, step_s) for step, _, step_s, _, _ in rows if step > WARMUP_STEPS]
+        self.time_plot.extend([x for x, _ in timed], [y for _, y in timed])
         if rows:
             self.last, self.last_loss = rows[-1][0], rows[-1][1]
             self.count += len(rows)
@@ -138,7 +161,35 @@ class PassPlots:
 
 
 def pass_plots(store, run_id: int, label: str, buckets: int = PLOT_BUCKETS) -> PassPlots:
-    """The pass's plots over all its stored steps."""
-    plots = PassPlots(buckets)
+    """The pass's plots over all its stored steps: the plots ingest kept (``keep_plots``)
+    and the steps stored after them, or every step where none were kept."""
+    plots = kept_plots(store, run_id, label, buckets)
     plots.read(store, run_id, label)
+    if plots.count != store.step_counts(run_id).get(label, 0):
+        # A step stored out of order, before the newest the plots held: they never
+        # saw it (they read on from their newest). Read the pass whole.
+        plots = PassPlots(buckets)
+        plots.read(store, run_id, label)
     return plots
+
+
+def kept_plots(store, run_id: int, label: str, buckets: int = PLOT_BUCKETS) -> PassPlots:
+    """The plots ``keep_plots`` stored for the pass, as they were then; empty ones where
+    none were kept (or for other buckets, or by an older rngdctl)."""
+    plots = PassPlots(buckets)
+    kept = store.pass_state(run_id, label, "plots")
+    try:
+        if kept is not None and kept[1]["loss"]["limit"] == buckets:
+            plots.restore(kept[1])
+    except (KeyError, TypeError, ValueError):
+        plots = PassPlots(buckets)
+    return plots
+
+
+def keep_plots(store, run_id: int, labels) -> None:
+    """Bring the passes' kept plots up to their newest steps and store them (ingest, after
+    new steps): a reader's first look at a running pass restores them and reads only
+    the steps stored since, not the whole pass."""
+    for label in labels:
+        plots = pass_plots(store, run_id, label)
+        store.set_pass_state(run_id, label, "plots", plots.state(), steps=plots.count)

@@ -414,7 +414,9 @@ def pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> Pa
     """A pass's numbers from the store's aggregates, at the same cost for any length.
 
     A finished run's come from its sealed row (``seal``), one read; a running
-    run's from order statistics off the indexes (``live_pass_stats``).
+    run's from order statistics off the indexes (``live_pass_stats``), each
+    walked from the nearest marker ingest keeps (daemon/store/markers.py): a
+    step or none, whatever the pass's length.
     ``last``: only steps 6-``last`` (``stepmodel.compare``'s window for
     interleaved passes, as long as the baseline pass): those steps are read.
     """
@@ -434,7 +436,7 @@ def _sorted_reader(store, run_id: int, label: str):
 
 
 def live_pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> PassStats:
-    """``pass_stats`` computed now from the indexes, whatever is sealed."""
+    """``pass_stats`` computed now from the indexes and markers, whatever is sealed."""
     if last is not None:
         window = store.steps_until(run_id, label, last)
         if store.pass_counts(run_id, label)[1]:  # steps 6-N exist: the window is 6-last
@@ -469,7 +471,7 @@ def live_pass_stats(store, run_id: int, label: str, *, last: int | None = None) 
         phase_medians={p: med(f"phase_{p}", 0.0) for p in PASS_PHASES},
         phase_counts={p: n_steady - phase_absent[p] for p in PASS_PHASES},
         last=store.last_step(run_id, label),
-        _sorted=at,
+        _sorted=at, _tokens_absent=store.steady_absent(run_id, label, "tokens"),
     )
 
 

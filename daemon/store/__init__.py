@@ -16,6 +16,7 @@ One module per idea, each a part of ``Store``:
 - ``steps``: passes and steps: ingest, decoded reads, the TUI's light reads,
   export's stream;
 - ``aggregates``: a pass's numbers from SQL order statistics, sealed rows;
+- ``markers``: a running pass's order statistics kept at ingest (issue 12);
 - ``events``: the event log;
 - ``host``: load samples, gate checks, idle card pods, their compaction;
 - ``daemons``: the launchers' facts between ticks, the heartbeat, the replicas.
@@ -30,6 +31,7 @@ from daemon.store.codec import _loss_flag as _loss_flag
 from daemon.store.daemons import Daemons
 from daemon.store.events import Events
 from daemon.store.host import Host
+from daemon.store.markers import Markers
 from daemon.store.queue import Queue
 from daemon.store.runs import (
     ACTIVE,
@@ -55,7 +57,7 @@ from daemon.store.schema import (
 from daemon.store.steps import Steps
 
 
-class Store(Runs, Queue, Steps, Aggregates, Events, Host, Daemons):
+class Store(Runs, Queue, Steps, Aggregates, Markers, Events, Host, Daemons):
     """An open rngdctl.db. Cheap to open; open one per process."""
 
 

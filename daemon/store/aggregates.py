@@ -10,7 +10,7 @@ from typing import Any
 
 from daemon.store.connection import Connection
 from daemon.store.runs import FINISHED
-from daemon.store.schema import STEADY_FIRST, STEADY_INDEXES
+from daemon.store.schema import STEADY_FIRST, steady_from
 
 
 class Aggregates(Connection):
@@ -29,11 +29,9 @@ class Aggregates(Connection):
             (run_id, config_label)).fetchone()
         return (row[0], row[1]) if row else (0, 0)
 
-    def _steady_from(self, column: str) -> str:
-        if column not in STEADY_INDEXES:
-            raise ValueError(f"no order statistics for the column {column!r}")
-        return (f"FROM steps INDEXED BY {STEADY_INDEXES[column]} WHERE run_id = ? AND"
-                f" config_label = ? AND step >= {STEADY_FIRST}")
+    @staticmethod
+    def _steady_from(column: str) -> str:
+        return steady_from(column)
 
     @staticmethod
     def _absent(column: str) -> tuple[str, str]:
@@ -41,12 +39,6 @@ class Aggregates(Connection):
         if column == "tokens":  # the step model counts a 0-token step as its shape's tokens
             return "tokens = 0", "tokens != 0"
         return f"{column} IS NULL", f"{column} IS NOT NULL"
-
-    def steady_absent(self, run_id: int, config_label: str, column: str) -> int:
-        """How many steady steps lack ``column`` (a phase column: NULL; tokens: 0)."""
-        absent, _ = self._absent(column)
-        return self.conn.execute(f"SELECT COUNT(*) {self._steady_from(column)} AND {absent}",
-                                 (run_id, config_label)).fetchone()[0]
 
     def steady_sorted(self, run_id: int, config_label: str, column: str, offset: int,
                       count: int = 1, *, absent_as: float | None = None) -> list:
@@ -56,6 +48,9 @@ class Aggregates(Connection):
         A step that lacks the column (``steady_absent``) takes the value ``absent_as``
         (0.0 for a phase, as stepmodel reads a missing phase) in the order.
         """
+        marked = self._marked_sorted(run_id, config_label, column, offset, count, absent_as)
+        if marked is not None:  # a walk of a step or none, from the markers kept at ingest
+            return marked
         frm, key = self._steady_from(column), (run_id, config_label)
         present = self._absent(column)[1]
         n_absent = self.steady_absent(run_id, config_label, column) if absent_as is not None \
@@ -81,19 +76,20 @@ class Aggregates(Connection):
                                                                              below + n_absent))
         return out
 
+    def _span(self, run_id: int, config_label: str, first: int) -> tuple[int, int] | None:
+        # MIN and MAX in one SELECT would scan the pass; a subquery each is one index seek.
+        where = "FROM steps WHERE run_id = ? AND config_label = ? AND step >= ?"
+        row = self.conn.execute(f"SELECT (SELECT MIN(step) {where}), (SELECT MAX(step) {where})",
+                                (run_id, config_label, first) * 2).fetchone()
+        return None if row[0] is None else (row[0], row[1])
+
     def step_span(self, run_id: int, config_label: str) -> tuple[int, int] | None:
         """The first and last step numbers of a pass, or None."""
-        row = self.conn.execute(
-            "SELECT MIN(step), MAX(step) FROM steps WHERE run_id = ? AND config_label = ?",
-            (run_id, config_label)).fetchone()
-        return None if row[0] is None else (row[0], row[1])
+        return self._span(run_id, config_label, -2 ** 63)
 
     def steady_span(self, run_id: int, config_label: str) -> tuple[int, int] | None:
         """The first and last steady step numbers, or None."""
-        row = self.conn.execute(
-            f"SELECT MIN(step), MAX(step) FROM steps WHERE run_id = ? AND config_label = ?"
-            f" AND step >= {STEADY_FIRST}", (run_id, config_label)).fetchone()
-        return None if row[0] is None else (row[0], row[1])
+        return self._span(run_id, config_label, STEADY_FIRST)
 
     def slowest_steady_step(self, run_id: int, config_label: str) -> tuple[float, int] | None:
         """(step_s, step) of the slowest steady step; the first of equals."""
@@ -194,3 +190,21 @@ class Aggregates(Connection):
             " AND NOT EXISTS (SELECT 1 FROM sealed_aggregates a WHERE a.run_id = r.id AND"
             " a.steps = (SELECT SUM(steps) FROM pass_totals WHERE run_id = r.id))"
             " ORDER BY r.id DESC LIMIT ?", (*FINISHED, limit))]
+
+    # === a running pass's state (issue 12) ===================================
+    # What the daemon keeps of a pass between ingests (its plots, daemon/series.py),
+    # so a reader's first look at a running run reads one row, not every step.
+
+    def pass_state(self, run_id: int, config_label: str, name: str) -> tuple[int, Any] | None:
+        """(the pass's stored steps when it was kept, the value), or None."""
+        row = self.conn.execute(
+            "SELECT steps, value FROM pass_state WHERE run_id = ? AND config_label = ?"
+            " AND name = ?", (run_id, config_label, name)).fetchone()
+        return None if row is None else (row[0], json.loads(row[1]))
+
+    def set_pass_state(self, run_id: int, config_label: str, name: str, value: Any, *,
+                       steps: int) -> None:
+        """Keep ``value`` (JSON) for the pass, computed over ``steps`` stored steps."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO pass_state (run_id, config_label, name, steps, value)"
+            " VALUES (?,?,?,?,?)", (run_id, config_label, name, steps, json.dumps(value)))

@@ -90,6 +90,19 @@ class Connection:
             raise
         self.conn.execute("COMMIT")
 
+    @contextmanager
+    def _snapshot(self):
+        """One read transaction (WAL: each read in it sees the same commit, whatever is
+        committed meanwhile); within an open transaction, that one."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
     def batch(self):
         """One transaction around many writes (the compaction benchmark's simulated ticks)."""
         return self._transaction()

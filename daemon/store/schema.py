@@ -13,7 +13,7 @@ import sqlite3
 from daemon.store.codec import _phase_value
 from trainer import records
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 _V1 = [
     """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)""",
@@ -184,6 +184,15 @@ STEADY_INDEXES = {"step_s": "steps_steady_step_s", "tokens": "steps_steady_token
                   **{c: f"steps_steady_{c}" for c in PHASE_COLUMNS.values()}}
 
 
+def steady_from(column: str) -> str:
+    """``FROM ... WHERE`` over one pass's steady steps (parameters: run id, pass), through
+    the column's order-statistics index."""
+    if column not in STEADY_INDEXES:
+        raise ValueError(f"no order statistics for the column {column!r}")
+    return (f"FROM steps INDEXED BY {STEADY_INDEXES[column]} WHERE run_id = ? AND"
+            f" config_label = ? AND step >= {STEADY_FIRST}")
+
+
 def _backfill_phases(conn: sqlite3.Connection) -> None:
     """The phase columns of steps stored before version 7, from their JSON (Python's reading)."""
     cursor = conn.execute("SELECT rowid, phases FROM steps WHERE phases IS NOT NULL")
@@ -256,5 +265,49 @@ _V10 = [
     "ALTER TABLE runs ADD COLUMN restart_of INTEGER REFERENCES runs(id)",
 ]
 
+# Version 11 (issue 12): a running run's reads cost the same whatever its length.
+# Order statistics off an index walk up to half of it (LIMIT/OFFSET) and a run
+# that is still running cannot be sealed, so ingest keeps, per pass and column
+# of order statistics, a few markers: a value, and how many steady steps hold a
+# smaller value and how many a value no larger. A reader walks from the nearest
+# marker, which ingest keeps at the ranks the medians and quartiles need
+# (daemon/store/markers.py). Beside them: each pass's steady steps lacking a
+# column (a NULL phase, 0 tokens), counted at ingest, and what the daemon keeps
+# of a running pass between ingests (its plots, daemon/series.py). ``value``
+# has no type: a marker keeps the column's own (tokens stay integers).
+_V11 = [
+    """CREATE TABLE steady_absent (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        config_label TEXT NOT NULL,
+        column_name TEXT NOT NULL,
+        absent INTEGER NOT NULL,
+        PRIMARY KEY (run_id, config_label, column_name)
+    )""",
+    *(f"""INSERT INTO steady_absent (run_id, config_label, column_name, absent)
+        SELECT run_id, config_label, '{column}', SUM({column} {absent})
+        FROM steps WHERE step >= {STEADY_FIRST} GROUP BY run_id, config_label"""
+      for column, absent in (("tokens", "= 0"),
+                             *((c, "IS NULL") for c in PHASE_COLUMNS.values()))),
+    """CREATE TABLE order_markers (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        config_label TEXT NOT NULL,
+        column_name TEXT NOT NULL,
+        slot TEXT NOT NULL,
+        value NOT NULL,
+        below INTEGER NOT NULL,
+        through INTEGER NOT NULL,
+        steady INTEGER NOT NULL,
+        PRIMARY KEY (run_id, config_label, column_name, slot)
+    )""",
+    """CREATE TABLE pass_state (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        config_label TEXT NOT NULL,
+        name TEXT NOT NULL,
+        steps INTEGER NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (run_id, config_label, name)
+    )""",
+]
+
 MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9,
-              10: _V10}
+              10: _V10, 11: _V11}

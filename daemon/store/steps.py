@@ -41,7 +41,7 @@ class Steps(Connection):
         """Store steps; a step already stored is ignored. Returns how many were new.
 
         Each pass's step counts (``pass_totals``) grow by the steps that were new,
-        in the same transaction.
+        and its order markers follow them (``_keep_markers``), in the same transaction.
         """
         groups: dict[tuple[str, bool], list[tuple]] = {}
         for s in steps:
@@ -54,6 +54,9 @@ class Steps(Connection):
             return 0
         new: dict[str, list[int]] = {}
         with self._transaction():
+            # New rows get rowids past the largest (steps are never deleted).
+            after_rowid = self.conn.execute(
+                "SELECT COALESCE(MAX(rowid), 0) FROM steps").fetchone()[0]
             # Only a step already stored is skipped (ON CONFLICT DO NOTHING): OR IGNORE
             # would also skip a NULL in a NOT NULL column without a word, and lose the step.
             for (label, steady), rows in groups.items():
@@ -68,6 +71,8 @@ class Steps(Connection):
                 " ON CONFLICT (run_id, config_label) DO UPDATE SET"
                 " steps = steps + excluded.steps, steady = steady + excluded.steady",
                 [(run_id, label, n, steady) for label, (n, steady) in new.items() if n])
+            if any(steady for _, steady in new.values()):
+                self._keep_markers(run_id, after_rowid)
         return sum(n for n, _ in new.values())
 
     def steps(self, run_id: int, config_label: str | None = records.MAIN) -> list[dict]:

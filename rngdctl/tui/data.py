@@ -405,25 +405,33 @@ class ViewSource:
 
     def _pass_series(self, run_id: int, label: str) -> PassSeries:
         series = self._series.get((run_id, label))
-        if series is None:
+        first = series is None
+        if first:
             series = self._series[(run_id, label)] = self._first_read(run_id, label)
         # In chunks: a long run's first read stays small in memory.
-        if series.read(self.store, run_id, label) and series.sealed_medians is not None:
-            # A step stored after the seal: read the pass as a running one's.
-            series = self._series[(run_id, label)] = PassSeries(self.buckets)
-            series.read(self.store, run_id, label)
+        new = series.read(self.store, run_id, label)
+        if series.stored_medians is not None and (new or first):
+            if series.count != self.store.step_counts(run_id).get(label, 0):
+                # A step stored out of order, before the newest the plots held: read
+                # the pass whole, as a pass without stored plots.
+                series = self._series[(run_id, label)] = PassSeries(self.buckets)
+                series.read(self.store, run_id, label)
+            else:  # the aggregates: a sealed row, or a running pass's markers
+                series.stored_medians = stats.steady_medians(self.store, run_id, label)
         return series
 
     def _first_read(self, run_id: int, label: str) -> PassSeries:
-        """A sealed run's plots and medians from its sealed row (``stats.seal``: one row for
-        a finished run of any length), else an empty series."""
+        """The pass's stored plots: sealed when the run ended (``stats.seal``), else kept at
+        ingest (``series.keep_plots``); one row for a run of any length. Empty plots where
+        neither is stored."""
         series = PassSeries(self.buckets)
-        plots = self.store.sealed_aggregates(run_id).get(f"plots:{label}")
+        sealed = self.store.sealed_aggregates(run_id).get(f"plots:{label}")
+        kept = self.store.pass_state(run_id, label, "plots") if sealed is None else None
+        plots = sealed if sealed is not None else kept[1] if kept is not None else None
         try:
             if plots is not None and plots["loss"]["limit"] == self.buckets:
                 series.restore(plots)
-                series.sealed_medians = stats.steady_medians(self.store, run_id, label)
-        except (KeyError, TypeError, ValueError):  # sealed by an older rngdctl: read the steps
+        except (KeyError, TypeError, ValueError):  # stored by an older rngdctl: read the steps
             series = PassSeries(self.buckets)
         return series
 

@@ -36,26 +36,32 @@ class PassSeries(PassPlots):
     """One pass's steps as read so far; each refresh adds only the new ones.
 
     Keeps what the panels need and nothing that grows per refresh: the last
-    step, running medians over steps 6-N (and over warm-up steps while the
-    run has no others), and the two plots' min/max buckets. A sealed run's
-    (one that has ended, ``stats.seal``) come from its sealed row instead
-    (``restore``, ``sealed_medians``).
+    step, the two plots' min/max buckets, and the medians over steps 6-N (over
+    warm-up steps while the run has no others). A pass whose plots the store
+    kept (sealed when the run ended, or kept at ingest while it runs) starts
+    from them (``restore``) and takes its medians from the store's aggregates
+    (``stored_medians``, set by the caller); otherwise the medians are kept
+    here from every step read.
     """
 
     def __init__(self, buckets: int = PLOT_BUCKETS):
         super().__init__(buckets)
         self._medians = stats.SteadyMedians()
-        self.sealed_medians: tuple | None = None  # set with the plots of a sealed run
+        self.stored_medians: tuple | None = None  # from the store (restored plots)
+
+    def restore(self, state: dict) -> None:
+        super().restore(state)
+        self.stored_medians = (None, None)  # until the caller reads them from the store
 
     def extend(self, rows: list[tuple]) -> None:
         super().extend(rows)
-        if rows:
+        if rows and self.stored_medians is None:
             self._medians.add([(step, step_s, tokens) for step, _, step_s, tokens, _ in rows])
 
     def medians(self) -> tuple[float | None, float | None]:
         """Median step time and tok/s over steps 6-N (all steps while there are no others)."""
-        if self.sealed_medians is not None:
-            return self.sealed_medians
+        if self.stored_medians is not None:
+            return self.stored_medians
         return self._medians.medians()
 
 

@@ -46,8 +46,12 @@ def random_steps(rng: random.Random, label: str, n: int) -> list[records.Step]:
     return out
 
 
-def fill(store: Store, rng: random.Random, run_id: int, label: str, n: int) -> None:
+def fill(store: Store, rng: random.Random, run_id: int, label: str, n: int, *,
+         every_phase: bool = False) -> None:
     steps = random_steps(rng, label, n)
+    if every_phase:  # as the trainer writes them: each phase the step model needs, 0.0 if idle
+        steps = [dataclasses.replace(s, phases={p: 0.0 for p in stepmodel.NEEDED} | s.phases)
+                 for s in steps]
     fed = steps + rng.sample(steps, k=min(len(steps), 7))  # some fed twice
     rng.shuffle(fed)
     while fed:  # in batches of random size, out of order
@@ -146,19 +150,9 @@ def test_the_loss_table_from_the_aggregates_matches_the_full_one(store, seed):
 def test_the_step_model_from_the_store_is_the_model_from_the_decoded_steps(store):
     rng = random.Random(7)
     run = store.add_run({"cards": 1})
-    fill(store, rng, run, records.BASELINE, 300)
-    fill(store, rng, run, records.MAIN, 900)
     # Every steady step needs every phase for a fit: give them all, as the trainer does.
-    store.conn.execute("UPDATE steps SET phase_fwd_bwd = COALESCE(phase_fwd_bwd, 0.0),"
-                       " phase_upload = COALESCE(phase_upload, 0.0),"
-                       " phase_download = COALESCE(phase_download, 0.0),"
-                       " phase_host_optim = COALESCE(phase_host_optim, 0.0),"
-                       " phase_device_optim = COALESCE(phase_device_optim, 0.0)")
-    for row in store.steps(run, None):  # and the JSON the same, for the decoded reference
-        phases = {p: row["phases"].get(p, 0.0) for p in stepmodel.NEEDED} | row["phases"]
-        store.conn.execute("UPDATE steps SET phases = ? WHERE run_id = ? AND config_label = ?"
-                           " AND step = ?", (store_mod._json(phases), run, row["config_label"],
-                                             row["step"]))
+    fill(store, rng, run, records.BASELINE, 300, every_phase=True)
+    fill(store, rng, run, records.MAIN, 900, every_phase=True)
     baseline, main = store.steps(run, records.BASELINE), store.steps(run, records.MAIN)
     want = stepmodel.compare(stepmodel.predict(stepmodel.fit(baseline,
                                                              baseline_label=f"run {run} baseline"),
@@ -272,3 +266,76 @@ def test_a_row_sealed_by_an_older_rngdctl_is_computed_again_not_misread(store):
     last = store.steps(run)[-1]["step"]
     assert stats.loss_table_of(store, run, records.MAIN, last) == \
         stats.live_loss_table(store, run, records.MAIN, last)
+
+
+# === Running: a pass's numbers while its steps arrive ========================
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_running_runs_numbers_are_the_full_computations_after_every_batch(store, seed):
+    rng = random.Random(300 + seed)
+    run = store.add_run({"cards": 1})
+    steps = random_steps(rng, records.MAIN, rng.choice([40, 400, 1500]))
+    fed = steps + rng.sample(steps, k=min(len(steps), 7))  # some fed twice
+    if seed % 2:
+        rng.shuffle(fed)  # out of order: markers move both ways
+    while fed:  # read between batches of random size, as show or the TUI reads a running run
+        k = rng.randint(1, 300)
+        store.add_steps(run, fed[:k])
+        fed = fed[k:]
+        stored = store.steps(run)
+        got, want = of_aggregates(stats.pass_stats(store, run, records.MAIN)), reference(stored)
+        assert same(got, want), {k: (got[k], want[k]) for k in got if not same(got[k], want[k])}
+        running = stats.SteadyMedians()
+        running.add([(s["step"], s["step_s"], s["tokens"]) for s in stored])
+        assert same(stats.steady_medians(store, run, records.MAIN), running.medians())
+
+
+def sqlite_work(store: Store, read) -> int:
+    """SQLite's virtual-machine instructions (in thousands) that ``read()`` costs."""
+    count = [0]
+
+    def tick():
+        count[0] += 1
+        return 0
+
+    store.conn.set_progress_handler(tick, 1000)
+    try:
+        read()
+    finally:
+        store.conn.set_progress_handler(None, 0)
+    return count[0]
+
+
+def test_a_running_pass_costs_sqlite_the_same_work_at_any_length(store):
+    rng = random.Random(11)
+    costs = {}
+    for n in (2_000, 40_000):
+        run = store.add_run({"cards": 1})
+        steps = [dataclasses.replace(s, loss=1.0) for s in random_steps(rng, records.MAIN, n)]
+        for i in range(0, n, 500):  # a running run: ingest in batches, never sealed
+            store.add_steps(run, steps[i:i + 500])
+        costs[n] = sqlite_work(store, lambda r=run: (stats.pass_stats(store, r, records.MAIN),
+                                                     stats.steady_medians(store, r, records.MAIN)))
+    # The order statistics walked from the start: half the pass per median, 20x the work.
+    assert costs[40_000] <= 2 * costs[2_000] + 5, costs
+
+
+def test_a_store_from_before_the_markers_is_read_right_and_marked_at_its_next_steps(tmp_path):
+    path = tmp_path / "v10.db"
+    with Store(path) as s:
+        run = s.add_run({"cards": 1})
+        s.add_steps(run, random_steps(random.Random(4), records.MAIN, 300))
+    conn = sqlite3.connect(path)  # as version 10 left it: no absent counts, no markers
+    conn.executescript("DROP TABLE steady_absent; DROP TABLE order_markers; DROP TABLE pass_state;"
+                       " UPDATE meta SET value = '10' WHERE key = 'schema_version';")
+    conn.close()
+    with Store(path) as s:
+        assert s.schema_version() == store_mod.SCHEMA_VERSION
+        assert same(of_aggregates(stats.pass_stats(s, run, records.MAIN)),
+                    reference(s.steps(run, records.MAIN)))
+        more = random_steps(random.Random(5), records.MAIN, 400)[300:]
+        s.add_steps(run, more)
+        assert s.conn.execute("SELECT COUNT(*) FROM order_markers").fetchone()[0]
+        assert same(of_aggregates(stats.pass_stats(s, run, records.MAIN)),
+                    reference(s.steps(run, records.MAIN)))

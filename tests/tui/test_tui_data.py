@@ -104,7 +104,7 @@ def test_a_sealed_runs_view_is_the_view_read_step_by_step(store, ids):
     assert sealed == read
     assert sealed.loss.points == 130 and len(sealed.loss.x) == 130
     # The plots and medians came from the sealed row, not from reading the steps.
-    assert source._series[(ids["r200"], records.MAIN)].sealed_medians is not None
+    assert source._series[(ids["r200"], records.MAIN)].stored_medians is not None
 
 
 def test_a_step_stored_after_the_seal_is_plotted_and_in_the_medians(store, ids):
@@ -119,3 +119,45 @@ def test_a_step_stored_after_the_seal_is_plotted_and_in_the_medians(store, ids):
     assert (view.step, view.loss.points) == (61, 61)
     steps = store.steps(run)
     assert view.median_s == stats.median_step_s(steps)
+
+
+def test_a_running_pass_is_first_read_from_the_plots_ingest_kept_not_step_by_step(store, ids):
+    from daemon import series as plots
+    from trainer import records
+
+    run = ids["r200"]  # running, 130 main steps, none sealed
+    whole = ViewSource(store, home="h", clock=lambda: NOW, run_ref=run).build().current
+    plots.keep_plots(store, run, [records.MAIN, records.BASELINE])  # as ingest keeps them
+    source = ViewSource(store, home="h", clock=lambda: NOW, run_ref=run)
+    seen: list[str] = []
+    store.conn.set_trace_callback(seen.append)
+    kept = source.build().current
+    store.conn.set_trace_callback(None)
+    assert kept == whole
+    # The steps after the kept plots' newest were asked for, and no earlier ones.
+    series_reads = [s for s in seen if "step_series" in s or "step > " in s]
+    assert series_reads and all("step > 130" in s for s in series_reads
+                                if "'main'" in s), series_reads
+    assert source._series[(run, records.MAIN)].stored_medians is not None
+    # Steps that arrive later are plotted and in the medians, as a full read has them.
+    store.add_steps(run, [records.Step("main", n, 1.5, 4.5, 128, 1e-5, time=NOW)
+                          for n in range(131, 141)])
+    view = source.build().current
+    assert (view.step, view.loss.points) == (140, 140)
+    assert view.median_s == stats.median_step_s(store.steps(run))
+
+
+def test_points_taken_a_bucket_at_a_time_are_the_points_appended_one_by_one():
+    import random
+
+    rng = random.Random(3)
+    ys = [rng.choice([1.0, 2.0, 3.0]) if rng.random() < 0.5 else rng.random() for _ in range(5000)]
+    one, bulk = MinMaxBuckets(limit=20), MinMaxBuckets(limit=20)
+    for x, y in enumerate(ys):
+        one.append(x, y)
+    i = 0
+    while i < len(ys):  # in chunks of random size, as a refresh reads them
+        k = rng.randint(1, 700)
+        bulk.extend(list(range(i, min(i + k, len(ys)))), ys[i:i + k])
+        i += k
+    assert bulk.state() == one.state()
