@@ -168,3 +168,26 @@ def test_with_agents_a_holder_of_another_of_our_runs_on_the_node_is_not_foreign(
     daemon.tick(now=T0 + 23)
     assert store.run(run_id)["status"] == "running"
     assert store.events(run_id=run_id, kinds=["foreign_holder"]) == []
+
+
+def test_an_outage_of_the_ticks_pod_list_is_one_event_per_run_and_following_resumes_after_it(
+        cluster, launcher, daemon, store, submit):
+    runs = [_launch(cluster, launcher, store, submit) for _ in range(2)]
+    pods = [pod for _, pod in runs]
+    _tick(cluster, daemon, T0 + 21)
+    # The list of our pods fails on every try of two ticks (3 tries a call in these tests).
+    cluster.fail("get", "/api/v1/namespaces/ml/pods", times=6)
+    for now in (T0 + 22, T0 + 23):
+        daemon.tick(now=now)
+    # One list a tick for both runs: the outage lasted both ticks (not 3 tries per run in
+    # the first), each run has one event for it, and neither is back yet.
+    for run_id, _ in runs:
+        assert store.run(run_id)["status"] == "running"
+        [down] = store.events(run_id=run_id, kinds=["k8s_unavailable"])
+        assert "list_pods: no answer after 3 attempts" in down["message"]
+        assert store.events(run_id=run_id, kinds=["k8s_available"]) == []
+    _one_more_step(cluster, pods, 2)
+    daemon.tick(now=T0 + 24)
+    for run_id, _ in runs:
+        assert [s["step"] for s in store.steps(run_id)] == [1, 2]
+        assert len(store.events(run_id=run_id, kinds=["k8s_available"])) == 1

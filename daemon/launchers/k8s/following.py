@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from daemon import nodes
 from daemon.k8s import cluster, jobspec
-from daemon.k8s.client import K8sError, K8sRejected
+from daemon.k8s.client import K8sRejected
 from daemon.k8s.logs import LogCursor
 from daemon.launchers.base import Outcome
 from daemon.store import CANCELLED, DONE, FAILED
@@ -75,7 +75,10 @@ class FollowMixin:
         if followed:
             try:
                 self._seen = self._take_look(followed)
-            except K8sError as exc:  # each run's follow meets it, as its own calls would have
+            except Exception as exc:  # noqa: BLE001 (raised again by each run's follow)
+                # Each run's follow meets it, as its own calls would have: an API error as
+                # before, anything else counted by the daemon's follow_failures for each run
+                # (so no run waits on a failing look for ever).
                 self._seen = {r["job_name"]: exc for r in followed}
         try:
             yield
@@ -147,7 +150,7 @@ class FollowMixin:
     def _seen_of(self, name: str) -> Seen:
         """This tick's look at the run's Job and pods; outside a look, 2 calls of its own."""
         seen = self._seen.pop(name, None)
-        if isinstance(seen, K8sError):
+        if isinstance(seen, Exception):
             raise seen
         if seen is not None:
             return seen

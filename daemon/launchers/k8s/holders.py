@@ -8,25 +8,13 @@ Job's pod landed on, which names each holder's pod (its cgroup, read there).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from daemon import cgroups, nodes, retry
 from daemon.errors import ConfigError
 from daemon.k8s import cluster
 from daemon.k8s.client import K8sRejected, K8sUnavailable
 from daemon.launchers.base import REQUEUE, Outcome
-from daemon.probes import read_host
+from daemon.probes import Holder, read_host
 from daemon.store import FAILED
-
-
-@dataclass(frozen=True)
-class Held:
-    """A device holder, from this host's /proc or from an agent's reading."""
-
-    pid: int
-    user: str
-    command: str
-    files: tuple[str, ...]
 
 
 class HoldersMixin:
@@ -60,7 +48,7 @@ class HoldersMixin:
         if not foreign:
             return None
         first = foreign[0]
-        reason = (f"pid {first.pid} ({first.user}: {first.command[:80]}) holds "
+        reason = (f"pid {first.pid} ({first.user}: {first.cmdline[:80]}) holds "
                   f"{', '.join(first.files[:3])}, and it is not our pod {view.name}")
         if self.k8s.agents:
             reason += f" (agent on {view.node})"
@@ -81,12 +69,11 @@ class HoldersMixin:
         """
         ours, foreign = [], []
         for holder in holders:
-            held = Held(holder.pid, holder.user, holder.cmdline, tuple(holder.files))
             uid = cgroups.read_pod_uid(holder.pid, self.proc)
             if uid != cgroups.UNREADABLE and pod_uid:
-                (ours if uid == pod_uid.lower() else foreign).append(held)
+                (ours if uid == pod_uid.lower() else foreign).append(holder)
             else:
-                (foreign if holder.pid in before else ours).append(held)
+                (foreign if holder.pid in before else ours).append(holder)
         return ours, foreign
 
     def _split_agent_holders(self, run: dict, view: cluster.PodView, before: set[int]):
@@ -106,7 +93,7 @@ class HoldersMixin:
         for row in reading.holders:
             if row.pid is None:  # a phantom pod: no process
                 continue
-            held = Held(row.pid, row.user, row.command, tuple(row.files))
+            held = Holder(row.pid, row.user, row.command, tuple(row.files), row.started)
             if row.pod == mine:
                 ours.append(held)
             elif row.pod is None and row.pod_note and not row.orphan:
