@@ -413,7 +413,9 @@ class LayerEngine:
         logits = self.head_run(x_head)
         if self.keep_logits:
             self.last_logits.append(logits.detach())
-        loss = self.loss_function(logits, mb.labels.to(head_dev), self.config.vocab_size,
+        # The labels go as they are, on the host: the loss moves what it needs to the card
+        # (transformers' after its shift; the furiosa backend's after its bookkeeping).
+        loss = self.loss_function(logits, mb.labels, self.config.vocab_size,
                                   num_items_in_batch=label_tokens)
         self.where = "backward of the head"
         loss.backward()

@@ -15,8 +15,8 @@ instead:
   ``linear``'s does;
 - the attention's softmax without ``dtype`` (``eager_attention``, registered with
   transformers as ``furiosa_eager`` and named by each attention module's own config copy);
-- the causal-LM loss as ``log_softmax`` and an ``index_select`` of each label's
-  log-probability (``causal_lm_loss``), no ``nll_loss``.
+- the causal-LM loss as ``log_softmax`` times the labels' one-hot rows, summed
+  (``causal_lm_loss``), no ``nll_loss``; the labels' shift on the host.
 
 ``for_card`` swaps them into a model or one piece of it; the parameters stay the same objects
 under the same names (masters, checkpoints, the tied head and ``trainer check`` see no
@@ -131,21 +131,39 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int,
                    ignore_index: int = -100, shift_labels: torch.Tensor | None = None,
                    **_) -> torch.Tensor:
     """transformers' ``ForCausalLMLoss`` (shift, cross-entropy summed over the labelled tokens,
-    divided by ``num_items_in_batch``, else their mean) as ``log_softmax`` and an
-    ``index_select`` of each label's log-probability from the flattened table."""
-    logp = F.log_softmax(logits.to(torch.float32).reshape(-1, vocab_size), dim=-1)
-    if shift_labels is None:  # tokens < n predict n
-        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
-    target = shift_labels.reshape(-1).to(logp.device)
-    keep = target != ignore_index
-    rows = torch.arange(target.numel(), device=target.device)
-    picked = logp.reshape(-1).index_select(0, rows * vocab_size + torch.where(keep, target, 0))
-    total = -(picked * keep.to(picked.dtype)).sum()
+    divided by ``num_items_in_batch``, else their mean) without ``nll_loss``: the labels'
+    bookkeeping on the host (``host_targets``), then ``loss_from_targets`` on the card."""
+    target, labelled = host_targets(labels, ignore_index, shift_labels)
     if num_items_in_batch is None:
-        return total / keep.sum()
-    if torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(total.device)
-    return total / num_items_in_batch
+        num_items_in_batch = labelled
+    return loss_from_targets(logits, target, vocab_size, num_items_in_batch)
+
+
+def host_targets(labels: torch.Tensor, ignore_index: int = -100,
+                 shift_labels: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """Each position's next token (-1 where none counts), flat, on the host, and how many
+    count. 2026.4 cannot compile ``pad`` of the int labels for a card (the op report), and
+    the labels come from the host anyway."""
+    if shift_labels is None:  # tokens < n predict n
+        shift_labels = F.pad(labels.cpu(), (0, 1), value=ignore_index)[..., 1:]
+    target = shift_labels.cpu().reshape(-1)
+    target = torch.where(target == ignore_index, -1, target)
+    return target, int((target >= 0).sum())
+
+
+def loss_from_targets(logits: torch.Tensor, target: torch.Tensor, vocab_size: int,
+                      denominator: int | torch.Tensor) -> torch.Tensor:
+    """The summed cross-entropy over ``denominator``, as the card computes it:
+    ``log_softmax``, times the one-hot rows of the targets (none where the target is -1),
+    summed. 2026.4's gradient build of ``index_select`` fails for a flat table, and
+    ``nll_loss_backward`` does not compile; ``mul`` and ``sum`` build."""
+    logp = F.log_softmax(logits.to(torch.float32).reshape(-1, vocab_size), dim=-1)
+    classes = torch.arange(vocab_size, device=logp.device)
+    one_hot = (target.to(logp.device).unsqueeze(-1) == classes).to(logp.dtype)
+    total = -(logp * one_hot).sum()
+    if torch.is_tensor(denominator):
+        denominator = denominator.to(total.device)
+    return total / denominator
 
 
 def _is_attention(module: nn.Module) -> bool:

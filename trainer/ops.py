@@ -50,7 +50,7 @@ VIEWS = {"aten::view", "aten::reshape", "aten::t", "aten::transpose.int", "aten:
          "aten::squeeze.dim", "aten::expand", "aten::slice.Tensor", "aten::narrow",
          "aten::permute", "aten::select.int", "aten::alias", "aten::detach",
          "aten::_unsafe_view", "aten::contiguous"}
-WORST = ["OK", "SKIP", "TIMEOUT", "ERROR", "FAIL"]  # a row's status is its worst node's
+WORST = ["HOST", "OK", "SKIP", "TIMEOUT", "ERROR", "FAIL"]  # a row's status: its worst node's
 #: Seconds one compile may take before the report gives up on it (TIMEOUT). The package's
 #: gradient build of one linear took 6 to 7 minutes on the loaded 2-core host.
 COMPILE_LIMIT_S = 900.0
@@ -70,7 +70,7 @@ class OpRow:
     op: str
     part: str  # forward | backward | optimizer
     count: int
-    status: str  # OK | FAIL | ERROR | TIMEOUT | SKIP: the op's compile for a card
+    status: str  # OK | FAIL | ERROR | TIMEOUT | SKIP: the op's compile for a card; HOST
     why: str = ""  # the package's reason, for FAIL and ERROR; the limit, for TIMEOUT
     grad: str = ""  # forward: "furiosa" | "torch formula" | "explicit" | "view" | "" (none)
     grad_status: str = ""  # grad "furiosa": the package's forward+backward build of the op
@@ -260,8 +260,9 @@ def _rows(traced, own_grad: set[str], part: str, grads: bool, probe: bool, cache
             by_op[r.report.target_name].append(r)
     rows, backward, sources = [], collections.defaultdict(list), collections.defaultdict(set)
     for op, found in by_op.items():
-        verdicts = [compile_node(traced, nodes[r.node_name], r.report.probe_id,
-                                 caches["compile"], limit_s) if probe else ("SKIP", "")
+        verdicts = [("HOST", "") if part == "optimizer" and _on_host(nodes[r.node_name])
+                    else compile_node(traced, nodes[r.node_name], r.report.probe_id,
+                                      caches["compile"], limit_s) if probe else ("SKIP", "")
                     for r in found]
         row = OpRow(op, part, len(found), *_verdict(verdicts))
         rows.append(row)
@@ -295,6 +296,14 @@ def _rows(traced, own_grad: set[str], part: str, grads: bool, probe: bool, cache
                           of=", ".join(sorted(sources[op]))))
     order = {"forward": 0, "backward": 1, "optimizer": 2}
     return sorted(rows, key=lambda r: (order[r.part], r.op))
+
+
+def _on_host(node) -> bool:
+    """An optimizer op on 0-dim tensors only: the step count, which torch's AdamW keeps on
+    the host (neither capturable nor fused), so it never runs on the card."""
+    inputs = [a.meta.get("val") for a in pytree.tree_leaves((node.args, node.kwargs))
+              if isinstance(a, torch.fx.Node)]
+    return bool(inputs) and all(isinstance(t, torch.Tensor) and t.dim() == 0 for t in inputs)
 
 
 def _inside_function(node) -> bool:
@@ -376,12 +385,13 @@ def step_pieces(model_name: str, seq_len: int = 32) -> list[StepPiece]:
             x = x.requires_grad_(True)
             return layer(x, attention_mask=mask, position_ids=pos, position_embeddings=rope)
 
+    target, _ = furiosa_modules.host_targets(labels)  # the labels' bookkeeping: on the host
+
     def head_and_loss(x):
         with torch.enable_grad():
             x = x.requires_grad_(True)
             logits = model.lm_head(inner.norm(x))
-            return furiosa_modules.causal_lm_loss(logits, labels, cfg.vocab_size,
-                                                  num_items_in_batch=seq_len)
+            return furiosa_modules.loss_from_targets(logits, target, cfg.vocab_size, seq_len)
 
     def rotary(x):
         return inner.rotary_emb(x, position_ids=pos)

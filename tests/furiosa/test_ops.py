@@ -30,6 +30,8 @@ def test_the_step_has_five_graphs_with_forward_backward_and_optimizer_ops(tiny_l
     assert rows(layer, "forward")["aten::mm"].count == 7  # q, k, v, o, gate, up, down
     adamw = rows(tiny_llama["AdamW step (a card's resident layers)"], "optimizer")
     assert {"aten::addcdiv_", "aten::lerp_.Scalar", "aten::sqrt"} <= set(adamw)
+    # torch keeps AdamW's step count on the host: its item() never runs on the card
+    assert adamw["aten::item"].status == "HOST"
 
 
 def test_the_card_step_has_none_of_the_ops_2026_4_cannot_differentiate(tiny_llama):
@@ -68,7 +70,7 @@ def test_gradients_are_the_packages_own_where_it_registers_them_else_torchs(tiny
     assert rows(embed, "forward")["aten::index_select"].grad == "furiosa"
     head = rows(tiny_llama["norm, head and loss"], "forward")
     assert head["aten::log_softmax.int"].grad == "furiosa"
-    assert head["aten::index_select"].grad == "furiosa"
+    assert head["aten::sum"].grad == "furiosa"  # of log-probabilities times one-hot rows
 
 
 def test_ops_without_a_gradient_flowing_into_them_get_none(tiny_llama):
@@ -76,8 +78,10 @@ def test_ops_without_a_gradient_flowing_into_them_get_none(tiny_llama):
     assert all(r.grad == "" and r.part == "forward" for r in rotary.rows)
     # the labels' shift (an int tensor) needs no gradient, the hidden state's norm does
     head = rows(tiny_llama["norm, head and loss"], "forward")
-    assert head["aten::pad"].grad == "" and head["aten::rsqrt"].grad == "furiosa"
+    assert head["aten::eq.Tensor"].grad == "" and head["aten::rsqrt"].grad == "furiosa"
     assert head["aten::arange"].grad == ""
+    # the labels' shift (pad, which 2026.4 cannot compile for ints) runs on the host
+    assert "aten::pad" not in head
 
 
 @pytest.mark.parametrize("spec", ["furiosa:0", "furiosa:auto"])
