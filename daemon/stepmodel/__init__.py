@@ -71,6 +71,7 @@ from __future__ import annotations
 from daemon.stepmodel.compare import (
     HOST_MOVED,
     MEDIAN_SE,
+    QUIET_ERROR,
     Comparison,
     compare,
     format_error,
@@ -132,6 +133,7 @@ __all__ = [
     "HOST_MOVED",
     "HOST_PLAYS_CARD",
     "MEDIAN_SE",
+    "QUIET_ERROR",
     "NEEDED",
     "OFFLOADED_BYTES",
     "OPTIONAL",

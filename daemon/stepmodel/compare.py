@@ -14,6 +14,11 @@ from daemon.stepmodel.fit import NEEDED, PER_LAYER, SPLIT, Prediction, Steps, _p
 #: the passes, whatever their spread: below it, the notice would fire on the
 #: few-percent differences one process's two passes show on a quiet host.
 HOST_MOVED = 0.02
+#: The model's worst error on a quiet host, single runs (docs/performance.md,
+#: "Step-time model"). An error past it that no moved term explains, on a host
+#: whose passes may differ by more than it by chance, gets the busy-host notice:
+#: the user is told the error is inside this host's noise, not the model's.
+QUIET_ERROR = 0.03
 #: A median's standard error per IQR / sqrt(n), for normally spread values.
 MEDIAN_SE = 1.2533 / 1.349
 
@@ -243,6 +248,41 @@ class Comparison:
                           f"(spread {self.spread(p) * 100:.1f} %)" for p in moved)
         return f"host changed: {terms}, rest of the model {self.error_of_rest * 100:+.1f} %"
 
+    def _busy_spread(self) -> float | None:
+        """The compute spread where a busy host explains the error, else None.
+
+        The error is past the quiet-host figure (``QUIET_ERROR``), no term moved
+        beyond chance (the host notice says more then), and the passes' own
+        spread is at least the error: chance alone allows it. An error past
+        the spread stays the model's.
+        """
+        spread = self.compute_spread
+        if abs(self.error) <= QUIET_ERROR or self.moved_terms() \
+                or not (math.isfinite(spread) and spread >= abs(self.error)):
+            return None
+        return spread
+
+    def busy_notice(self) -> str | None:
+        """One plain sentence when the error is inside a busy host's noise (``_busy_spread``).
+
+        What ``show`` and the note say beside the error, so that a large error
+        on a loaded host is not read as the model's.
+        """
+        spread = self._busy_spread()
+        if spread is None:
+            return None
+        return (f"the host was busy: the same compute varied so much from step to step that the "
+                f"two passes may differ by up to {spread * 100:.1f} % by chance, more than this "
+                f"error, so this run cannot check the model closer than that (on a quiet host it "
+                f"is within {QUIET_ERROR * 100:.0f} %)")
+
+    def short_busy_notice(self) -> str | None:
+        """``busy_notice`` in one panel line (the TUI)."""
+        spread = self._busy_spread()
+        if spread is None:
+            return None
+        return f"busy host: the error is inside the passes' {spread * 100:.1f} % spread"
+
     def as_dict(self) -> dict:
         return {
             "measured_s": self.measured_s, "iqr_s": list(self.iqr), "steps": self.steps,
@@ -256,7 +296,7 @@ class Comparison:
             "compute_spread": self.compute_spread, "host_changed": self.host_changed,
             "error_without_compute": self.error_without_compute,
             "moved_terms": self.moved_terms(), "error_of_rest": self.error_of_rest,
-            "host_notice": self.host_notice(),
+            "host_notice": self.host_notice(), "busy_notice": self.busy_notice(),
             "prediction": self.prediction.as_dict(),
         }
 

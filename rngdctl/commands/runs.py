@@ -241,8 +241,9 @@ def model_lines(model: dict) -> list[str]:
         lines.append(f"    {'phase':<13} {'model':>9} {'measured':>9} {'error':>7}")
         lines += [f"    {r['phase']:<13} {secs(r['model_s']):>9} {secs(r['measured_s']):>9} "
                   f"{_share(r.get('error')):>7}" for r in split]
-    if model.get("host_notice"):
-        lines.append(f"    ! {model['host_notice']}")
+    for notice in ("host_notice", "busy_notice"):
+        if model.get(notice):
+            lines.append(f"    ! {model[notice]}")
     return lines
 
 

@@ -524,7 +524,8 @@ class ViewSource:
             events=events, started=run.get("started"), ended=run.get("ended"),
             exit_reason=run.get("exit_reason"), log_path=run.get("log_path"),
             error_terms=_top_terms(compared.error_terms()) if compared else None,
-            host_notice=compared.short_notice() if compared else None,
+            host_notice=(compared.short_notice() or compared.short_busy_notice())
+            if compared else None,
         )
 
     def history(self) -> tuple[HistoryRow, ...]:

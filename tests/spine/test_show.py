@@ -6,8 +6,9 @@ from daemon.ingest import Ingest
 from trainer import records
 
 
-def passes(layers=4, resident=2, n=12, main_compute=0.100):
-    """A baseline and a main pass with known phase timings (main's fwd_bwd: ``main_compute``)."""
+def passes(layers=4, resident=2, n=12, main_compute=0.100, main_jitter=0.0):
+    """A baseline and a main pass with known phase timings (main's fwd_bwd: ``main_compute``,
+    wandering by +-``main_jitter`` of it from step to step)."""
     lines = []
     for label, res in (("baseline", 0), ("main", resident)):
         config = {"cards": 1, "resident_layers": res, "layers": layers, "seq_len": 64,
@@ -15,7 +16,9 @@ def passes(layers=4, resident=2, n=12, main_compute=0.100):
         lines.append(records.dumps(records.Start(label, config, time=0.0)))
         offloaded = layers - res
         for i in range(1, n + 1):
-            phases = {"fwd_bwd": main_compute if label == "main" else 0.100, "upload": 0.002 * offloaded,
+            jitter = 1 + main_jitter * (-1, -0.5, 0, 0.5, 1)[i % 5] if label == "main" else 1
+            phases = {"fwd_bwd": main_compute * jitter if label == "main" else 0.100,
+                      "upload": 0.002 * offloaded,
                       "download": 0.001 * offloaded, "host_optim": 0.004 * offloaded,
                       "device_optim": 0.001 + 0.003 * res, "wait": 0.0}
             extra = {"layers": layers, "cards": 1, "resident_per_card": res,

@@ -36,3 +36,19 @@ def test_show_says_plainly_when_the_host_changed_between_the_passes(store, rngdc
     assert f"the rest of the model is off by {expected.error_without_compute * 100:+.1f} %" \
         in notice[0]
     assert model["error_without_compute"] == expected.error_without_compute
+
+
+def test_show_says_a_large_error_is_inside_a_busy_hosts_noise(store, rngdctl):
+    # The asked config's device compute 20 % slower and wandering +-40 % from step to
+    # step: no move beyond chance, but an error far past the quiet-host figure.
+    expected, text, model = shown(store, rngdctl, main_compute=0.120, main_jitter=0.4)
+    assert not expected.host_changed and abs(expected.error) > stepmodel.QUIET_ERROR
+    notice = [line for line in text.splitlines() if "the host was busy" in line]
+    assert len(notice) == 1
+    assert f"may differ by up to {expected.compute_spread * 100:.1f} % by chance" in notice[0]
+    assert model["busy_notice"] == expected.busy_notice() and model["host_notice"] is None
+
+
+def test_show_of_a_steady_run_says_nothing_of_a_busy_host(store, rngdctl):
+    _, text, model = shown(store, rngdctl)
+    assert "busy" not in text and model["busy_notice"] is None

@@ -97,6 +97,40 @@ def test_a_move_inside_the_passes_own_spread_is_not_called_a_host_change():
     assert not c.host_changed
 
 
+def test_a_large_error_inside_a_busy_hosts_spread_is_called_the_hosts_not_the_models():
+    # The main pass's fwd_bwd 30 % slower but wandering +-80 % from step to step: nothing
+    # moved beyond chance, yet the error is past the quiet-host figure.
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.3}, compute_spread=0.8)
+    assert not c.host_changed and abs(c.error) > stepmodel.QUIET_ERROR
+    assert c.compute_spread >= abs(c.error)
+    assert c.busy_notice().startswith("the host was busy")
+    assert f"up to {c.compute_spread * 100:.1f} % by chance, more than this error" \
+        in c.busy_notice()
+    assert c.short_busy_notice() == \
+        f"busy host: the error is inside the passes' {c.compute_spread * 100:.1f} % spread"
+    assert c.as_dict()["busy_notice"] == c.busy_notice()
+
+
+def test_a_small_error_on_a_busy_host_needs_no_excuse():
+    # The same +-20 % wander, but the error is within the quiet-host figure.
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.05}, compute_spread=0.2)
+    assert c.compute_spread > stepmodel.QUIET_ERROR and abs(c.error) <= stepmodel.QUIET_ERROR
+    assert c.busy_notice() is None and c.short_busy_notice() is None
+
+
+def test_an_error_past_a_steady_hosts_spread_stays_the_models():
+    # The embed and head's device optimizer 10x what the model says, on a steady host:
+    # the error is the model's, and no notice excuses it.
+    c = compared({**KNOWN, "device_optim_fixed": KNOWN["device_optim_fixed"] * 10})
+    assert abs(c.error) > stepmodel.QUIET_ERROR > c.compute_spread
+    assert not c.host_changed and c.busy_notice() is None
+
+
+def test_a_host_that_changed_gets_the_change_notice_not_the_busy_one():
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.1})
+    assert c.host_changed and c.busy_notice() is None and c.short_busy_notice() is None
+
+
 def test_the_note_splits_the_error_by_phase_and_says_when_the_host_changed(store, recorded_run):
     from rngdctl import export
 
