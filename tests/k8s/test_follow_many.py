@@ -191,3 +191,18 @@ def test_an_outage_of_the_ticks_pod_list_is_one_event_per_run_and_following_resu
     for run_id, _ in runs:
         assert [s["step"] for s in store.steps(run_id)] == [1, 2]
         assert len(store.events(run_id=run_id, kinds=["k8s_available"])) == 1
+
+
+def test_a_pending_pod_is_followed_from_the_pod_list_without_reading_its_job(
+        cluster, launcher, daemon, store, submit):
+    _launch(cluster, launcher, store, submit)
+    _tick(cluster, daemon, T0 + 21)
+    running, _ = _tick(cluster, daemon, T0 + 22)
+    pending = submit()
+    assert store.claim_for_launch(pending, launcher="k8s", node=NODE, per_node=8)
+    launcher.launch(store.run(pending))
+    cluster.start_pod(store.run(pending)["job_name"], phase="Pending", state={
+        "waiting": {"reason": "ContainerCreating"}})
+    calls, logs = _tick(cluster, daemon, T0 + 23)
+    assert calls == running and logs == 1  # the pending pod has no log yet
+    assert store.run(pending)["status"] == "running"

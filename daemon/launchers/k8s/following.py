@@ -7,10 +7,11 @@ A tick's look (``look``) costs list calls whatever the number of runs followed
 - the pods: with node agents, our pods among the live pods of every namespace,
   the list the gate check of the same tick reads anyway (so no call of its
   own); else our namespace's pods (1 call);
-- the Jobs (1 call), only in a tick where some followed run's pod is not
-  simply running: a Job matters while its pod is pending, ending, ended or
-  deleting, or for a cancel; and, with agents, our pods of every phase
-  (1 call), since the live list leaves out the ended ones;
+- our pods of every phase (1 call), with agents, only in a tick where some
+  followed run's pod is not among the live ones (it ended, or is not made);
+- the Jobs (1 call), only in a tick where some followed run has no pod, or
+  its pod is being deleted or was ended by the Job's deadline: otherwise the
+  pod's own state says what happens next;
 - the log (1 call per pod whose container has started), from the stored cursor.
 """
 
@@ -93,12 +94,11 @@ class FollowMixin:
         else:
             by_job, complete = _by_job(self.client.list_pods(self.ns, OURS), self.ns), True
         seen: dict[str, Seen] = {}
-        steady, rest = [], []
+        rest = []
         for run in runs:
             pods = by_job.get(run["job_name"], [])
-            if self._steady(run, pods):
+            if pods and not self._needs_job(pods):
                 seen[run["job_name"]] = Seen(None, pods, job_listed=False)
-                steady.append(run)
             else:
                 rest.append(run["job_name"])
         if rest and not complete:  # the live list leaves out the pods that ended
@@ -112,40 +112,35 @@ class FollowMixin:
                 seen[name] = Seen(job, by_job.get(name, []) if job is not None else [])
             else:
                 seen[name] = Seen(None, by_job.get(name, []), job_listed=False)
-        if self.k8s.agents and any(not self.state.run(r["id"]).get("checked") for r in steady):
+        running = [r for r in runs if self._running(seen.get(r["job_name"]))]
+        if self.k8s.agents and any(not self.state.run(r["id"]).get("checked") for r in running):
             # A run before its first step gets the foreign-holder check, from its node's
             # agent: one list for them all, which the gate check then reads too.
             self._shared["agents"] = self.client.list_configmaps(self.ns, nodes.AGENT_LABELS)
         return seen
 
     @staticmethod
-    def _steady(run: dict, pods: list[dict]) -> bool:
-        """Its pod simply runs: nothing of its Job can end the run this tick.
-
-        The Job controller deletes a Job's pods when it fails the Job (its deadline),
-        and a deleted Job's pods go with it, so a Job that ends while its pod runs
-        shows on the pod (deleting) by the next tick.
-        """
-        if run.get("cancel_requested") or not pods:
+    def _running(seen: Seen | None) -> bool:
+        """Its pod's container runs (the foreign-holder check may look at it)."""
+        if seen is None or not seen.pods:
             return False
-        view = cluster.pod_view(cluster.newest(pods), jobspec.CONTAINER)
-        return (view.phase == "Running" and view.running and not view.deleting
-                and view.waiting is None)
+        return cluster.pod_view(cluster.newest(seen.pods), jobspec.CONTAINER).running
 
     @staticmethod
     def _needs_job(pods: list[dict]) -> bool:
-        """Whether the run's Job must be read too: not when its pod's own state says what
-        happens next (it runs, it ended with its exit code, OOM, eviction or rejection, or
-        its image cannot be used). It must when there is no pod (gone with its Job, or not
-        made yet), the pod is pending or being deleted, or the Job's deadline ended it."""
+        """Whether the run's Job must be read too: only when there is no pod (gone with its
+        Job, or not made yet), the pod is being deleted, or the Job's deadline ended it.
+        Otherwise the pod's own state says what happens next: it is pending or runs, or it
+        ended with its exit code, OOM, eviction or rejection, or its image cannot be used.
+
+        The Job controller deletes a Job's pods when it fails the Job (its deadline), and
+        a deleted Job's pods go with it, so a Job that ends while its pod is pending or
+        runs shows on the pod (being deleted) by the next tick.
+        """
         if not pods:
             return True
         view = cluster.pod_view(cluster.newest(pods), jobspec.CONTAINER)
-        if view.deleting or view.reason == "DeadlineExceeded":
-            return True
-        if view.finished or view.running:
-            return False
-        return view.waiting not in cluster.PULL_ERRORS + cluster.CONFIG_ERRORS
+        return view.deleting or view.reason == "DeadlineExceeded"
 
     def _seen_of(self, name: str) -> Seen:
         """This tick's look at the run's Job and pods; outside a look, 2 calls of its own."""
