@@ -120,3 +120,27 @@ class Queue(Connection):
             " end_error = end - (SELECT ended FROM runs WHERE id = ?)"
             " WHERE run_id = ? AND (SELECT started FROM runs WHERE id = ?) IS NOT NULL",
             (run_id, run_id, run_id, run_id))
+
+    # === what the queue's estimates rest on (issue 13) =======================
+
+    def estimate_inputs(self, steps_cap: int) -> tuple:
+        """A cheap fingerprint of what ``estimate.queue_estimates`` can newly answer from.
+
+        The queued and active runs as stored (config text, not decoded), the finished runs'
+        count and newest end, and each active run's passes: their step count capped at
+        ``steps_cap`` and whether they have a steady step. Past the warm-up a further step
+        moves an estimate but cannot make one possible.
+        """
+        finished = ",".join("?" * len(FINISHED))
+        runs = self.conn.execute(
+            "SELECT id, status, held, priority, position, after_run, config, started FROM runs"
+            f" WHERE status NOT IN ({finished}) ORDER BY id", FINISHED).fetchall()
+        ended = self.conn.execute(
+            f"SELECT COUNT(*), MAX(id), MAX(ended) FROM runs WHERE status IN ({finished})",
+            FINISHED).fetchone()
+        passes = self.conn.execute(
+            "SELECT p.run_id, p.config_label, MIN(p.steps, ?), p.steady > 0"
+            " FROM pass_totals p JOIN runs r ON r.id = p.run_id"
+            f" WHERE r.status NOT IN ({finished}) ORDER BY p.run_id, p.config_label",
+            (steps_cap, *FINISHED)).fetchall()
+        return tuple(runs), tuple(ended), tuple(passes)

@@ -135,3 +135,57 @@ def test_a_median_the_caller_already_keeps_stands_for_the_active_runs_own(store)
 
     assert e.start == pytest.approx(1000.0 + 40 * 0.25)
     assert "40 steps left x 250.0 ms measured" in e.basis
+
+
+def test_a_queue_that_cannot_be_estimated_is_not_walked_again_until_something_changes(store):
+    from daemon.estimate import EstimateRecorder
+
+    run = _queued(store)  # no baseline for its model yet: no estimate
+    recorder = EstimateRecorder()
+    assert recorder.record(store, now=1000.0) == 0
+    assert recorder.record(store, now=1005.0) == 0
+    assert recorder.walks == 1  # nothing changed: the second tick did not walk the queue
+
+    _baseline(store)  # a baseline run finishes: now it can be estimated
+    assert recorder.record(store, now=1010.0) == 1
+    assert store.estimate(run)["made"] == 1010.0
+    assert recorder.record(store, now=1015.0) == 0 and recorder.walks == 2  # none left
+
+
+def test_a_held_run_gets_its_estimate_on_the_tick_after_it_is_released(store):
+    from daemon.estimate import EstimateRecorder
+
+    _baseline(store)
+    run = _queued(store)
+    store.set_held(run, True)
+    recorder = EstimateRecorder()
+    recorder.record(store, now=1000.0)
+    recorder.record(store, now=1005.0)
+    assert store.estimate(run) is None and recorder.walks == 1
+
+    store.set_held(run, False)
+    assert recorder.record(store, now=1010.0) == 1
+    assert store.estimate(run)["made"] == 1010.0
+
+
+def test_an_edited_config_is_estimated_again(store):
+    from daemon.estimate import EstimateRecorder
+    from daemon.queueing import edit_run
+
+    _baseline(store)
+    run = _queued(store, model="tiny-qwen2")  # no baseline for this model
+    recorder = EstimateRecorder()
+    recorder.record(store, now=1000.0)
+    recorder.record(store, now=1005.0)
+    assert store.estimate(run) is None and recorder.walks == 1
+
+    edit_run(store, run, ["model=tiny-llama"])
+    assert recorder.record(store, now=1010.0) == 1
+
+
+def test_a_running_daemon_keeps_its_start_up_heap_out_of_the_cyclic_collector(daemon):
+    import gc
+
+    assert gc.get_freeze_count() > 0  # the fixture started it
+    daemon.close()
+    assert gc.get_freeze_count() == 0
