@@ -44,8 +44,13 @@ def _where(*clauses: tuple[str, Any]) -> tuple[str, list]:
     return where, [value for _, value in given]
 
 
+#: ``json.dumps(value, ensure_ascii=False, sort_keys=True)``, the encoder built once:
+#: dumps builds a new one per call when given options, three times a step at ingest.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
+
+
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return None if value is None else _ENCODE(value)
 
 
 def _as_run_id(ref: int | str) -> int | None:
