@@ -24,6 +24,8 @@ def _loss_flag(x: float) -> str | None:
 
 def _phase_value(phases: dict, name: str) -> float | None:
     value = phases.get(name)
+    if value.__class__ is float:  # every phase a parsed record holds (records._phases)
+        return value if math.isfinite(value) else None
     return _finite_or_none(float(value)) if isinstance(value, (int, float)) else None
 
 

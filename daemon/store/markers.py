@@ -141,9 +141,12 @@ class Markers(Connection):
     def _keep_markers(self, run_id: int, after_rowid: int) -> None:
         """Count this run's steps stored after row ``after_rowid`` (the new ones) against
         each marker and absent count of their passes, then move each marker to the rank
-        its statistic needs now. In add_steps' transaction, after ``pass_totals``."""
+        its statistic needs now. In add_steps' transaction, after ``pass_totals``.
+
+        The new rows are read by rowid (NOT INDEXED): through a (run, pass, step) index
+        the planner would walk every steady step of the pass to find them, each batch."""
         labels = [r[0] for r in self.conn.execute(
-            "SELECT DISTINCT config_label FROM steps WHERE rowid > ? AND run_id = ?"
+            "SELECT DISTINCT config_label FROM steps NOT INDEXED WHERE rowid > ? AND run_id = ?"
             f" AND step >= {STEADY_FIRST}", (after_rowid, run_id))]
         for label in labels:
             self._keep_pass_markers(run_id, label, after_rowid)
@@ -159,7 +162,7 @@ class Markers(Connection):
             sums += [f"SUM({column} < ?)", f"SUM({column} <= ?)"]
             params += [mark[0], mark[0]]
         row = self.conn.execute(
-            f"SELECT {', '.join(sums)} FROM steps WHERE rowid > ? AND run_id = ?"
+            f"SELECT {', '.join(sums)} FROM steps NOT INDEXED WHERE rowid > ? AND run_id = ?"
             f" AND config_label = ? AND step >= {STEADY_FIRST}",
             (*params, after_rowid, run_id, label)).fetchone()
         row = [n or 0 for n in row]
