@@ -370,8 +370,8 @@ def _from_dict(obj: dict) -> Parsed:
             time=_time(obj),
         )
     if kind == "step":
-        missing = [k for k in _STEP_FIELDS if k not in obj]
-        if missing:
+        if not obj.keys() >= _STEP_FIELDS.keys():  # one comparison of key sets when all are
+            missing = [k for k in _STEP_FIELDS if k not in obj]
             raise KeyError(f"missing {', '.join(missing)}")
         step = _as_int(obj["step"])
         if step < 1:
