@@ -46,6 +46,8 @@ class Ingest:
             parsed = records.parse_line(line)
             if isinstance(parsed, records.Step):
                 steps.append((parsed, line))
+                if parsed.loss_is_finite:
+                    continue  # a finite step has nothing to record but its row (below)
             try:
                 self._record(run_id, parsed, fed)
             except LINE_ERRORS as exc:
@@ -54,7 +56,8 @@ class Ingest:
         # Steps go in after the pass they belong to is known, in one transaction.
         fed.new_steps = self._steps(run_id, steps, fed)
         if fed.new_steps:  # the passes' plots follow, so no reader has to read every step
-            series.keep_plots(self.store, run_id, sorted({s.config_label for s, _ in steps}))
+            series.keep_plots(self.store, run_id, sorted({s.config_label for s, _ in steps}),
+                              every=series.KEEP_PLOTS_EVERY)
         if fed.new_steps:
             faults.point("after_first_step")  # the steps are stored, the offset is not
         if fed.malformed:

@@ -20,6 +20,10 @@ from daemon.stats import WARMUP_STEPS  # the step-time plot leaves them out, as 
 PLOT_BUCKETS = 100
 #: Steps read per query when a pass is first read (the rest follow in further chunks).
 SERIES_CHUNK = 20_000
+#: Ingest keeps a pass's plots again once this many steps were stored since they were
+#: kept: a reader's first look reads at most about this many steps past them, and
+#: ingest does not pay a read, a decode and a write of the plots every batch.
+KEEP_PLOTS_EVERY = 2_000
 
 
 @dataclass(frozen=True)
@@ -186,10 +190,15 @@ def kept_plots(store, run_id: int, label: str, buckets: int = PLOT_BUCKETS) -> P
     return plots
 
 
-def keep_plots(store, run_id: int, labels) -> None:
+def keep_plots(store, run_id: int, labels, *, every: int = 0) -> None:
     """Bring the passes' kept plots up to their newest steps and store them (ingest, after
-    new steps): a reader's first look at a running pass restores them and reads only
-    the steps stored since, not the whole pass."""
+    new steps, with ``every=KEEP_PLOTS_EVERY``): a reader's first look at a running pass
+    restores them and reads only the steps stored since, not the whole pass. A pass
+    whose plots were kept fewer than ``every`` steps ago is left as it is."""
+    counts = store.step_counts(run_id) if every else {}
     for label in labels:
+        if every and counts.get(label, 0) - (store.pass_state_steps(run_id, label, "plots")
+                                             or 0) < every:
+            continue
         plots = pass_plots(store, run_id, label)
         store.set_pass_state(run_id, label, "plots", plots.state(), steps=plots.count)

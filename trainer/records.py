@@ -236,6 +236,8 @@ _CORE_STEP_KEYS = {"kind", "v", "config_label", "step", "loss", "step_s", "token
 
 
 def _as_float(value: Any) -> float:
+    if value.__class__ is float:  # what json.loads gives for a number with a point: as is
+        return value
     if isinstance(value, bool):
         raise TypeError("a boolean is not a number")
     if isinstance(value, str):
@@ -253,6 +255,8 @@ def _as_finite(value: Any, name: str) -> float:
 
 
 def _as_int(value: Any) -> int:
+    if value.__class__ is int and -INT64_MAX - 1 <= value <= INT64_MAX:  # json.loads': as is
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{value!r} is not an integer")
     if isinstance(value, float) and not value.is_integer():
@@ -366,8 +370,8 @@ def _from_dict(obj: dict) -> Parsed:
             time=_time(obj),
         )
     if kind == "step":
-        missing = [k for k in _STEP_FIELDS if k not in obj]
-        if missing:
+        if not obj.keys() >= _STEP_FIELDS.keys():  # one comparison of key sets when all are
+            missing = [k for k in _STEP_FIELDS if k not in obj]
             raise KeyError(f"missing {', '.join(missing)}")
         step = _as_int(obj["step"])
         if step < 1:

@@ -202,6 +202,13 @@ class Aggregates(Connection):
             " AND name = ?", (run_id, config_label, name)).fetchone()
         return None if row is None else (row[0], json.loads(row[1]))
 
+    def pass_state_steps(self, run_id: int, config_label: str, name: str) -> int | None:
+        """The pass's stored steps when ``name`` was kept (its value not decoded), or None."""
+        row = self.conn.execute(
+            "SELECT steps FROM pass_state WHERE run_id = ? AND config_label = ?"
+            " AND name = ?", (run_id, config_label, name)).fetchone()
+        return None if row is None else row[0]
+
     def set_pass_state(self, run_id: int, config_label: str, name: str, value: Any, *,
                        steps: int) -> None:
         """Keep ``value`` (JSON) for the pass, computed over ``steps`` stored steps."""

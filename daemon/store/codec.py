@@ -24,6 +24,8 @@ def _loss_flag(x: float) -> str | None:
 
 def _phase_value(phases: dict, name: str) -> float | None:
     value = phases.get(name)
+    if value.__class__ is float:  # every phase a parsed record holds (records._phases)
+        return value if math.isfinite(value) else None
     return _finite_or_none(float(value)) if isinstance(value, (int, float)) else None
 
 
@@ -44,8 +46,13 @@ def _where(*clauses: tuple[str, Any]) -> tuple[str, list]:
     return where, [value for _, value in given]
 
 
+#: ``json.dumps(value, ensure_ascii=False, sort_keys=True)``, the encoder built once:
+#: dumps builds a new one per call when given options, three times a step at ingest.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
+
+
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return None if value is None else _ENCODE(value)
 
 
 def _as_run_id(ref: int | str) -> int | None:

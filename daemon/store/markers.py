@@ -113,16 +113,23 @@ class Markers(Connection):
         value = self._walk(run_id, config_label, column, mark, rank)
         if value is None:
             return mark
-        key = (run_id, config_label, column)
-        equal = self._count(*key, f"{column} = ?", (value,))
+        # The new value's equals and the values it passed: one scan of the range walked.
         if mark is None:
-            below = self._count(*key, f"{column} < ?", (value,))
+            where, params = f"{column} <= ?", (value,)
         elif rank >= mark[2]:
-            below = mark[2] + self._count(*key, f"{column} > ? AND {column} < ?",
-                                          (mark[0], value))
+            where, params = f"{column} > ? AND {column} <= ?", (mark[0], value)
         else:
-            below = mark[1] - self._count(*key, f"{column} > ? AND {column} < ?",
-                                          (value, mark[0])) - equal
+            where, params = f"{column} >= ? AND {column} < ?", (value, mark[0])
+        equal, passed = self.conn.execute(
+            f"SELECT SUM({column} = ?), SUM({column} != ?) {steady_from(column)} AND {where}",
+            (value, value, run_id, config_label, *params)).fetchone()
+        equal, passed = equal or 0, passed or 0
+        if mark is None:
+            below = passed
+        elif rank >= mark[2]:
+            below = mark[2] + passed
+        else:
+            below = mark[1] - passed - equal
         return [value, below, below + equal]
 
     def _present_rank(self, rank: int, nulls: int, zero: Mark | None) -> int | None:
@@ -140,9 +147,12 @@ class Markers(Connection):
     def _keep_markers(self, run_id: int, after_rowid: int) -> None:
         """Count this run's steps stored after row ``after_rowid`` (the new ones) against
         each marker and absent count of their passes, then move each marker to the rank
-        its statistic needs now. In add_steps' transaction, after ``pass_totals``."""
+        its statistic needs now. In add_steps' transaction, after ``pass_totals``.
+
+        The new rows are read by rowid (NOT INDEXED): through a (run, pass, step) index
+        the planner would walk every steady step of the pass to find them, each batch."""
         labels = [r[0] for r in self.conn.execute(
-            "SELECT DISTINCT config_label FROM steps WHERE rowid > ? AND run_id = ?"
+            "SELECT DISTINCT config_label FROM steps NOT INDEXED WHERE rowid > ? AND run_id = ?"
             f" AND step >= {STEADY_FIRST}", (after_rowid, run_id))]
         for label in labels:
             self._keep_pass_markers(run_id, label, after_rowid)
@@ -158,7 +168,7 @@ class Markers(Connection):
             sums += [f"SUM({column} < ?)", f"SUM({column} <= ?)"]
             params += [mark[0], mark[0]]
         row = self.conn.execute(
-            f"SELECT {', '.join(sums)} FROM steps WHERE rowid > ? AND run_id = ?"
+            f"SELECT {', '.join(sums)} FROM steps NOT INDEXED WHERE rowid > ? AND run_id = ?"
             f" AND config_label = ? AND step >= {STEADY_FIRST}",
             (*params, after_rowid, run_id, label)).fetchone()
         row = [n or 0 for n in row]
@@ -171,10 +181,13 @@ class Markers(Connection):
             mark[1] += row[len(ABSENT) + 2 * i]
             mark[2] += row[len(ABSENT) + 2 * i + 1]
         n = self._steady_count(run_id, label)
+        absent = dict(self.conn.execute(
+            "SELECT column_name, absent FROM steady_absent WHERE run_id = ? AND config_label = ?",
+            (run_id, label)))
         for column, slots in MARKED.items():
             nulls, zero = 0, None
             if column in PHASE_COLUMNS.values():
-                nulls = self.steady_absent(run_id, label, column)
+                nulls = absent.get(column, 0)
                 zero = marks.get((column, "zero"))
                 if zero is None:
                     below = self._count(run_id, label, column, f"{column} < ?",

@@ -326,6 +326,20 @@ def test_a_running_pass_costs_sqlite_the_same_work_at_any_length(store):
     assert costs[40_000] <= 2 * costs[2_000] + 5, costs
 
 
+def test_a_batch_of_steps_costs_sqlite_the_same_work_at_any_length_of_its_pass(store):
+    rng = random.Random(12)
+    costs = {}
+    for n in (2_000, 40_000):
+        run = store.add_run({"cards": 1})
+        steps = random_steps(rng, records.MAIN, n + 500)
+        for i in range(0, n, 500):  # a running run: ingest in batches
+            store.add_steps(run, steps[i:i + 500])
+        costs[n] = sqlite_work(store, lambda r=run, new=steps[n:]: store.add_steps(r, new))
+    # The markers' count of the new rows found them through the pass's step index: a
+    # walk of every steady step of the pass each batch, 20x the work at 40,000.
+    assert costs[40_000] <= 2 * costs[2_000] + 5, costs
+
+
 def test_the_quartiles_the_host_notice_weighs_cost_sqlite_the_same_work_at_any_length(store):
     # show, show --json and the TUI read them for every run, a sealed one too (the
     # host and busy notices' spread of each watched phase that moved): without a

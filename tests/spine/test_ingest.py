@@ -127,3 +127,22 @@ def test_a_local_run_whose_log_holds_hostile_lines_is_read_to_the_end(home, stor
     assert [s["step"] for s in store.steps(run)] == [1, 2]
     assert store.run(run)["malformed"] == len(HOSTILE)
     assert outcome.status == "failed"  # no trainer and no end record: said, not hidden
+
+
+def test_ingest_keeps_a_passs_plots_every_few_thousand_steps_and_readers_plot_every_step(store):
+    from daemon import series
+
+    run = store.add_run({"cards": 1})
+    ingest = Ingest(store)
+    every = series.KEEP_PLOTS_EVERY
+    kept_at = []
+    for first in range(1, 2 * every + 2, 500):  # batches of 500 steps, as a daemon tick reads
+        ingest.feed(run, lines(*(step(n, loss=1.0 + (n % 7)) for n in range(first, first + 500))))
+        kept_at.append(store.pass_state_steps(run, records.MAIN, "plots"))
+        # Between keeps a reader's plots are the kept ones plus the steps since: every step.
+        whole = series.PassPlots()
+        whole.read(store, run, records.MAIN)
+        assert series.pass_plots(store, run, records.MAIN).state() == whole.state()
+    # Kept once enough steps were stored since the last keep, not after every batch.
+    assert kept_at[:4] == [None, None, None, every]
+    assert kept_at[-1] == 2 * every and len(set(kept_at)) == 3
