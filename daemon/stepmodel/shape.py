@@ -83,22 +83,21 @@ class Shape:
         """The shape one step record (a pass's newest) declares."""
         if not step:
             raise ModelFitError("cannot fit: the pass has no steps")
-        extra = _extra(step)
-        missing = [k for k in ("layers", "cards", "resident_per_card", "seq_len", "accum")
-                   if not isinstance(extra.get(k), int)]
-        if missing:
-            raise ModelFitError(f"cannot fit: the step records lack {', '.join(missing)}")
-        return cls(layers=extra["layers"], cards=extra["cards"],
-                   resident_per_card=extra["resident_per_card"], accum=extra["accum"],
-                   seq_len=extra["seq_len"], micro_batch=int(extra.get("micro_batch") or 1))
+        return cls._declared(_extra(step), "resident_per_card", "the step records lack")
 
     @classmethod
     def of_config(cls, config: dict) -> Shape:
         """The shape a pass's start config declares."""
-        missing = [k for k in ("layers", "cards", "resident_layers", "seq_len", "accum")
-                   if not isinstance(config.get(k), int)]
+        return cls._declared(config, "resident_layers", "the pass's config lacks")
+
+    @classmethod
+    def _declared(cls, values: dict, resident_key: str, lacks: str) -> Shape:
+        """The shape from a step's extra or a start config: the same fields, resident
+        layers per card under its own name in each."""
+        missing = [k for k in ("layers", "cards", resident_key, "seq_len", "accum")
+                   if not isinstance(values.get(k), int)]
         if missing:
-            raise ModelFitError(f"cannot fit: the pass's config lacks {', '.join(missing)}")
-        return cls(layers=config["layers"], cards=config["cards"],
-                   resident_per_card=config["resident_layers"], accum=config["accum"],
-                   seq_len=config["seq_len"], micro_batch=int(config.get("micro_batch") or 1))
+            raise ModelFitError(f"cannot fit: {lacks} {', '.join(missing)}")
+        return cls(layers=values["layers"], cards=values["cards"],
+                   resident_per_card=values[resident_key], accum=values["accum"],
+                   seq_len=values["seq_len"], micro_batch=int(values.get("micro_batch") or 1))
