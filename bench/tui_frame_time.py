@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 
 from daemon.home import Home
-from rngdctl.tui.data import PLOT_BUCKETS
+from rngdctl.tui.series import PLOT_BUCKETS
 from trainer import records
 
 TARGET_MS = 50.0

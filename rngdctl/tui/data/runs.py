@@ -1,0 +1,114 @@
+"""The current run: its passes' series and plots, read incrementally, and its panel's figures."""
+
+from __future__ import annotations
+
+from daemon import stats, stepmodel
+from daemon.store import ACTIVE, FINISHED
+from rngdctl.tui.data.predictions import Predictions, _top_terms
+from rngdctl.tui.data.text import _int
+from rngdctl.tui.data.views import RunView
+from rngdctl.tui.series import PassSeries
+from trainer import records
+
+EVENTS_LIMIT = 8
+
+
+class RunViews(Predictions):
+    """The current-run panel: the run shown, its pass's plots, medians, phases and events."""
+
+    def _pass_series(self, run_id: int, label: str) -> PassSeries:
+        series = self._series.get((run_id, label))
+        first = series is None
+        if first:
+            series = self._series[(run_id, label)] = self._first_read(run_id, label)
+        # In chunks: a long run's first read stays small in memory.
+        new = series.read(self.store, run_id, label)
+        if series.stored_medians is not None and (new or first):
+            if series.count != self.store.step_counts(run_id).get(label, 0):
+                # A step stored out of order, before the newest the plots held: read
+                # the pass whole, as a pass without stored plots.
+                series = self._series[(run_id, label)] = PassSeries(self.buckets)
+                series.read(self.store, run_id, label)
+            else:  # the aggregates: a sealed row, or a running pass's markers
+                series.stored_medians = stats.steady_medians(self.store, run_id, label)
+        return series
+
+    def _first_read(self, run_id: int, label: str) -> PassSeries:
+        """The pass's stored plots: sealed when the run ended (``stats.seal``), else kept at
+        ingest (``series.keep_plots``); one row for a run of any length. Empty plots where
+        neither is stored."""
+        series = PassSeries(self.buckets)
+        sealed = self.store.sealed_aggregates(run_id).get(f"plots:{label}")
+        kept = self.store.pass_state(run_id, label, "plots") if sealed is None else None
+        plots = sealed if sealed is not None else kept[1] if kept is not None else None
+        try:
+            if plots is not None and plots["loss"]["limit"] == self.buckets:
+                series.restore(plots)
+        except (KeyError, TypeError, ValueError):  # stored by an older rngdctl: read the steps
+            series = PassSeries(self.buckets)
+        return series
+
+    def _current_run(self) -> dict | None:
+        if self.run_ref is not None:
+            return self.store.run(self.run_ref)
+        active = self.store.active_runs()
+        if active:
+            return active[0]
+        for run in self.store.runs(FINISHED, limit=1):
+            return run
+        return None
+
+    def current(self, now: float) -> RunView | None:
+        run = self._current_run()
+        return None if run is None else self.run_view(run, now)
+
+    def run_view(self, run: dict, now: float) -> RunView:
+        config = run["config"] or {}
+        main = self._pass_series(run["id"], records.MAIN)
+        label, series = records.MAIN, main
+        if not main.count and config.get("baseline"):
+            baseline = self._pass_series(run["id"], records.BASELINE)
+            if baseline.count:
+                label, series = records.BASELINE, baseline
+        median_s, tok_s = series.medians()
+        if label == records.BASELINE:
+            steps_total = _int(config.get("baseline_steps"))
+        else:
+            steps_total = _int(config.get("steps"))
+        step = series.last or None
+        eta = None
+        if run["status"] in ACTIVE and steps_total and median_s is not None:
+            eta = max(0, steps_total - (step or 0)) * median_s
+        last = self.store.last_step(run["id"], label) if step is not None else None
+        predicted = self._prediction(run, last) if label == records.MAIN else None
+        model_s = predicted.step_s if predicted else None
+        phases: tuple = ()
+        if last:
+            step_s = last.get("step_s") or 0.0
+            model_phases = predicted.phases if predicted else {}
+            measured = last.get("phases") or {}
+            order = [p for p in records.PHASES if p in measured]
+            order += sorted(set(measured) - set(order))
+            phases = tuple((name, float(measured[name]),
+                            float(measured[name]) / step_s if step_s else 0.0,
+                            model_phases.get(name))
+                           for name in order)
+        events = tuple((e["time"], e["kind"], e["message"])
+                       for e in self.store.events(run_id=run["id"], limit=EVENTS_LIMIT))
+        error = stepmodel.relative_error(model_s, median_s)
+        compared = self._comparison(run, now) if predicted is not None else None
+        if compared is not None:
+            # What `show` and the note say: the model against its own window.
+            error = compared.error
+        return RunView(
+            run_id=run["id"], name=run.get("name"), status=run["status"], config=config,
+            label=label, step=step, steps_total=steps_total, eta=eta, median_s=median_s,
+            tok_s=tok_s, model_s=model_s, error=error,
+            last_loss=series.last_loss, phases=phases,
+            loss=series.loss_plot.series(), step_time=series.time_plot.series(),
+            events=events, started=run.get("started"), ended=run.get("ended"),
+            exit_reason=run.get("exit_reason"), log_path=run.get("log_path"),
+            error_terms=_top_terms(compared.error_terms()) if compared else None,
+            host_notice=(compared.short_notice() or compared.short_busy_notice())
+            if compared else None,
+        )
