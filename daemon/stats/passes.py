@@ -1,0 +1,241 @@
+"""A pass's numbers from the store's aggregates.
+
+What summarize, drift, loss_table, stepmodel.fit and stepmodel.compare need,
+from order statistics that SQLite reads off its indexes (daemon/store/aggregates.py
+"step aggregates"): the same numbers as the functions in ``steps.py`` over a pass's
+decoded steps (tests check they agree on random runs), at a cost that does
+not grow with the run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field, fields
+
+from daemon.stats.order import median_of_sorted, quartiles_of_sorted
+from daemon.stats.steps import WARMUP_STEPS, Drift, RunSummary, drift, quartiles, steady
+from trainer import records
+
+#: The phases a pass's aggregates carry (stepmodel's split less "unclaimed").
+PASS_PHASES = records.PHASES
+
+
+@dataclass(frozen=True)
+class PassStats:
+    """One pass's numbers over its steady steps (6-N, or all when it has none)."""
+
+    steps: int  # every step of the pass
+    steady: int  # the steps the medians are over
+    first_step: int | None  # of those
+    last_step: int | None
+    median_step_s: float | None
+    iqr_step_s: tuple[float, float] | None
+    fwd_bwd_iqr: tuple[float, float] | None  # quartiles of the device compute phase
+    median_tokens: float | None
+    first_loss: float | None
+    last_loss: float | None
+    nonfinite_losses: int
+    nonfinite_first: int | None  # the first step with a non-finite loss
+    nonfinite_kinds: tuple  # the distinct non-finite losses (NaN, infinities, None)
+    step_span: tuple[int, int] | None  # the first and last step numbers of the pass
+    slowest_s: float | None
+    slowest_step: int | None
+    early_median_s: float | None  # steps 6-25
+    phase_medians: dict  # phase -> median seconds, a missing phase read as 0.0
+    phase_counts: dict  # phase -> steady steps that have it
+    last: dict | None  # the newest step, as Store.steps gives it
+    #: (column, offset, count, absent_as) -> sorted values: for fit's tokens
+    _sorted: object = field(default=None, compare=False, repr=False)
+    #: steady steps with 0 tokens, where known (sealed): none, and fit's tokens need no walk
+    _tokens_absent: int | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Median tokens per step over the median step time (``tokens_per_s``)."""
+        if self.median_tokens is None or not self.median_step_s or self.median_step_s <= 0:
+            return None
+        return self.median_tokens / self.median_step_s
+
+    def median_tokens_or(self, default: float) -> float:
+        """The median of the steady steps' tokens, a 0-token step counted as ``default``."""
+        if self._tokens_absent == 0 and self.median_tokens is not None:
+            return float(self.median_tokens)  # no 0-token step: the plain median
+        return float(median_of_sorted(
+            self.steady, lambda o, c: self._sorted("tokens", o, c, float(default))))
+
+    def phase_iqr(self, phase: str) -> tuple[float, float] | None:
+        """Quartiles of one phase over the steady steps (a missing phase read as 0.0).
+
+        fwd_bwd's are kept (``fwd_bwd_iqr``); another phase's are read off the
+        sorted values, four of them, at the same cost for any length.
+        """
+        if phase == "fwd_bwd" or self._sorted is None or not self.steady:
+            return self.fwd_bwd_iqr if phase == "fwd_bwd" else None
+        return quartiles_of_sorted(self.steady,
+                                   lambda o, c: self._sorted(f"phase_{phase}", o, c, 0.0))
+
+    def summary(self, steps_total: int | None = None) -> RunSummary:
+        return RunSummary(self.steps, steps_total, self.median_step_s, self.iqr_step_s,
+                          self.tokens_per_s, self.first_loss, self.last_loss,
+                          self.nonfinite_losses)
+
+    def drift(self) -> Drift:
+        if not self.steps:
+            return Drift(None, None, None, None)
+        return Drift(self.early_median_s, self.median_step_s, self.slowest_s, self.slowest_step)
+
+    #: Fields a sealed row does not keep: the newest step is one row to read.
+    _NOT_SEALED = ("last", "_sorted", "_tokens_absent")
+    _TUPLES = ("iqr_step_s", "fwd_bwd_iqr", "nonfinite_kinds", "step_span")
+
+    def sealed(self, tokens_absent: int) -> dict:
+        """What ``seal`` stores (a JSON object); ``tokens_absent``: steady 0-token steps."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in self._NOT_SEALED}
+        return {**out, "tokens_absent": tokens_absent}
+
+    @classmethod
+    def from_sealed(cls, value: dict, *, last: dict | None = None,
+                    at=None) -> PassStats | None:
+        """The PassStats ``sealed`` gave; ``last`` and ``at`` as ``pass_stats`` reads them.
+
+        None when the row's fields are not this version's (sealed by an older rngdctl):
+        the caller computes the numbers instead.
+        """
+        kw = {k: v for k, v in value.items() if k != "tokens_absent"}
+        if set(kw) | set(cls._NOT_SEALED) != {f.name for f in fields(cls)} \
+                or "tokens_absent" not in value:
+            return None
+        for name in cls._TUPLES:
+            if kw[name] is not None:
+                kw[name] = tuple(kw[name])
+        return cls(**kw, last=last, _sorted=at, _tokens_absent=value["tokens_absent"])
+
+    @classmethod
+    def of_steps(cls, steps: list[dict]) -> PassStats:
+        """The same numbers from decoded steps (the reference, and passes shorter than 6)."""
+        chosen = steady(steps)
+        times = sorted(s["step_s"] for s in chosen)
+        phases = {p: sorted(float((s.get("phases") or {}).get(p, 0.0)) for s in chosen)
+                  for p in PASS_PHASES}
+        drifted = drift(steps)
+        bad = [s for s in steps if s["loss"] is None or not math.isfinite(s["loss"])]
+        kinds = {"none" if s["loss"] is None else repr(s["loss"]): s["loss"] for s in bad}
+
+        def values(column: str, absent_as: float | None) -> list:
+            if column == "step_s":
+                return times
+            if column == "tokens":
+                return sorted(s["tokens"] if absent_as is None else float(s["tokens"] or absent_as)
+                              for s in chosen)
+            return phases[column.removeprefix("phase_")]
+
+        def at(column, offset, count, absent_as=None):
+            return values(column, absent_as)[offset:offset + count]
+
+        return cls(
+            steps=len(steps), steady=len(chosen),
+            first_step=chosen[0]["step"] if chosen else None,
+            last_step=chosen[-1]["step"] if chosen else None,
+            median_step_s=statistics.median(times) if times else None,
+            iqr_step_s=quartiles(times),
+            fwd_bwd_iqr=quartiles(phases["fwd_bwd"]),
+            median_tokens=statistics.median(s["tokens"] for s in chosen) if chosen else None,
+            first_loss=steps[0]["loss"] if steps else None,
+            last_loss=steps[-1]["loss"] if steps else None,
+            nonfinite_losses=len(bad),
+            nonfinite_first=bad[0]["step"] if bad else None,
+            nonfinite_kinds=tuple(kinds.values()),
+            step_span=(steps[0]["step"], steps[-1]["step"]) if steps else None,
+            slowest_s=drifted.slowest_s, slowest_step=drifted.slowest_step,
+            early_median_s=drifted.early_median_s,
+            phase_medians={p: statistics.median(v) for p, v in phases.items() if v},
+            phase_counts={p: sum(1 for s in chosen if p in (s.get("phases") or {}))
+                          for p in PASS_PHASES},
+            last=steps[-1] if steps else None,
+            _sorted=at,
+        )
+
+
+def pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> PassStats:
+    """A pass's numbers from the store's aggregates, at the same cost for any length.
+
+    A finished run's come from its sealed row (``seal``), one read; a running
+    run's from order statistics off the indexes (``live_pass_stats``), each
+    walked from the nearest marker ingest keeps (daemon/store/markers.py): a
+    step or none, whatever the pass's length.
+    ``last``: only steps 6-``last`` (``stepmodel.compare``'s window for
+    interleaved passes, as long as the baseline pass): those steps are read.
+    """
+    if last is None:
+        sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
+        p = None if sealed is None else PassStats.from_sealed(
+            sealed, last=store.last_step(run_id, label), at=_sorted_reader(store, run_id, label))
+        if p is not None:
+            return p
+    return live_pass_stats(store, run_id, label, last=last)
+
+
+def _sorted_reader(store, run_id: int, label: str):
+    def at(column, offset, count, absent_as=None):
+        return store.steady_sorted(run_id, label, column, offset, count, absent_as=absent_as)
+    return at
+
+
+def live_pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> PassStats:
+    """``pass_stats`` computed now from the indexes and markers, whatever is sealed."""
+    if last is not None:
+        window = store.steps_until(run_id, label, last)
+        if store.pass_counts(run_id, label)[1]:  # steps 6-N exist: the window is 6-last
+            window = [s for s in window if s["step"] > WARMUP_STEPS]
+        return PassStats.of_steps(window)
+    n, n_steady = store.pass_counts(run_id, label)
+    if not n_steady:  # nothing past warm-up: a handful of steps, read them
+        return PassStats.of_steps(store.steps(run_id, label))
+
+    at = _sorted_reader(store, run_id, label)
+
+    def med(column, absent_as=None):
+        return median_of_sorted(n_steady, lambda o, c: at(column, o, c, absent_as))
+
+    first, last = store.steady_span(run_id, label)
+    slowest_s, slowest_step = store.slowest_steady_step(run_id, label)
+    first_loss, last_loss = store.end_losses(run_id, label)
+    early = store.range_step_s(run_id, label, WARMUP_STEPS + 1, 25)
+    nonfinite, nonfinite_first, kinds = store.nonfinite_losses(run_id, label)
+    phase_absent = {p: store.steady_absent(run_id, label, f"phase_{p}") for p in PASS_PHASES}
+    return PassStats(
+        steps=n, steady=n_steady, first_step=first, last_step=last,
+        median_step_s=med("step_s"),
+        iqr_step_s=quartiles_of_sorted(n_steady, lambda o, c: at("step_s", o, c)),
+        fwd_bwd_iqr=quartiles_of_sorted(n_steady, lambda o, c: at("phase_fwd_bwd", o, c, 0.0)),
+        median_tokens=med("tokens"),
+        first_loss=first_loss, last_loss=last_loss,
+        nonfinite_losses=nonfinite, nonfinite_first=nonfinite_first,
+        nonfinite_kinds=tuple(kinds), step_span=store.step_span(run_id, label),
+        slowest_s=slowest_s, slowest_step=slowest_step,
+        early_median_s=statistics.median(early) if early else None,
+        phase_medians={p: med(f"phase_{p}", 0.0) for p in PASS_PHASES},
+        phase_counts={p: n_steady - phase_absent[p] for p in PASS_PHASES},
+        last=store.last_step(run_id, label),
+        _sorted=at, _tokens_absent=store.steady_absent(run_id, label, "tokens"),
+    )
+
+
+def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float | None]:
+    """(median step seconds, tokens per second) over steps 6-N of a stored pass, from its
+    aggregates: what ``SteadyMedians`` gives, without reading the steps."""
+    sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
+    p = None if sealed is None else PassStats.from_sealed(sealed)
+    if p is not None:
+        return p.median_step_s, p.tokens_per_s
+    n_steady = store.pass_counts(run_id, label)[1]
+    if not n_steady:
+        p = PassStats.of_steps(store.steps(run_id, label))
+        return p.median_step_s, p.tokens_per_s
+    median_s = median_of_sorted(n_steady, lambda o, c: store.steady_sorted(
+        run_id, label, "step_s", o, c))
+    tokens = median_of_sorted(n_steady, lambda o, c: store.steady_sorted(
+        run_id, label, "tokens", o, c))
+    return median_s, (tokens / median_s if median_s and median_s > 0 else None)
