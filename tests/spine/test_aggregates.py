@@ -260,11 +260,11 @@ def test_a_row_sealed_by_an_older_rngdctl_is_computed_again_not_misread(store):
     run = store.add_run({"cards": 1})
     fill(store, rng, run, records.MAIN, 300)
     stats.seal(store, run)
-    old = {name: value for name, value in store.sealed_aggregates(run).items()}
+    old = dict(store.sealed_aggregates(run))
     old["pass:main"] = {k: v for k, v in old["pass:main"].items() if k != "early_median_s"}
-    for name in old:
+    for name, rows in old.items():
         if name.startswith("loss_table:"):
-            old[name] = [{**row, "retired_field": 1} for row in old[name]]
+            old[name] = [{**row, "retired_field": 1} for row in rows]
     store.seal_aggregates(run, old, steps=store.run_step_total(run))
     want = reference(store.steps(run))
     assert same(of_aggregates(stats.pass_stats(store, run, records.MAIN)), want)
