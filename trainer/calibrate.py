@@ -30,6 +30,11 @@ from trainer import optim
 
 #: Timed pairs (one layer, then two) per place, after one untimed pass over the sets.
 REPS = 25
+#: Seconds a place may take, and the pairs it times at least. A host whose other
+#: work stalls torch's second thread makes each call a scheduler slice long
+#: (16 ms instead of 80 us: tiny-llama, 2 threads on 2 busy cores); the
+#: calibration then stops early rather than hold the pass up for seconds.
+BUDGET_S, MIN_REPS = 1.0, 5
 #: A factor below 1: the step takes the path a clipped step takes.
 COEF = 0.5
 #: The timed calls cycle through copies of the scratch buffers adding up to this
@@ -46,7 +51,7 @@ MAX_SCRATCH_BYTES = 1 << 30
 def layer_cost(group_numels: list[int], device: torch.device, fused: bool,
                sync: Callable[[], None] = lambda: None,
                reps: int = REPS) -> dict[str, float] | None:
-    """``{"per_layer_s", "call_s"}`` of the optimizer on ``device``; None when too big.
+    """``{"per_layer_s", "call_s", "reps"}`` of the optimizer on ``device``; None when too big.
 
     ``group_numels``: the sizes of one layer's flat parameter groups (decay, no decay).
     """
@@ -70,34 +75,49 @@ def layer_cost(group_numels: list[int], device: torch.device, fused: bool,
         sync()
         return time.perf_counter() - t0
 
-    sets = [(scratch(1), scratch(2)) for _ in range(max(1, -(-CYCLE_BYTES // per_set)))]
-    for one, two in sets:  # the first step of each allocates its moments
-        once(*one), once(*two)
+    start = time.perf_counter()
+
+    def spent(share: float) -> bool:
+        return time.perf_counter() - start > BUDGET_S * share
+
+    sets = []
+    for _ in range(max(1, -(-CYCLE_BYTES // per_set))):
+        one, two = scratch(1), scratch(2)
+        once(*one), once(*two)  # the first step allocates the moments
+        sets.append((one, two))
+        if spent(0.5):
+            break
     pairs = []
-    for i in range(reps):
-        one, two = sets[i % len(sets)]
+    while len(pairs) < reps and (len(pairs) < MIN_REPS or not spent(1.0)):
+        one, two = sets[len(pairs) % len(sets)]
         pairs.append((once(*one), once(*two)))
     per_layer = max(statistics.median(b - a for a, b in pairs), 0.0)
     return {"per_layer_s": per_layer,
-            "call_s": max(statistics.median(a for a, _ in pairs) - per_layer, 0.0)}
+            "call_s": max(statistics.median(a for a, _ in pairs) - per_layer, 0.0),
+            "reps": len(pairs)}
 
 
 def optim_costs(group_numels: list[int], card, reps: int = REPS) -> dict:
-    """A step record's ``optim_calibration`` (trainer/records.py): the host's and card 0's.
+    """A pass start config's ``optim_calibration`` (trainer/records.py): host and card 0.
 
     ``card``: card 0's ``Backend``. A place too big to time is left out.
     """
-    out: dict = {"reps": reps}
+    out: dict = {}
     host = layer_cost(group_numels, torch.device("cpu"), fused=True, reps=reps)
     if host is not None:
         out.update(host_per_layer_s=round(host["per_layer_s"], 7),
-                   host_call_s=round(host["call_s"], 7))
-    try:
-        dev = layer_cost(group_numels, card.device, card.fused_adamw, card.synchronize, reps)
-    except (RuntimeError, MemoryError) as exc:  # a card short of memory: the model estimates
-        out["device_error"] = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        dev = None
+                   host_call_s=round(host["call_s"], 7), reps=host["reps"])
+    dev = None
+    if card.needs_compile and card.kind != "cpu":
+        # Every new shape compiles on such a card (furiosa), seconds each: not timed.
+        out["device_not_timed"] = f"not timed on {card.spec}: its ops compile per shape"
+    else:
+        try:
+            dev = layer_cost(group_numels, card.device, card.fused_adamw, card.synchronize, reps)
+        except (RuntimeError, MemoryError) as exc:  # a card short of memory: the model estimates
+            why = str(exc).strip().splitlines() or [type(exc).__name__]
+            out["device_not_timed"] = why[0][:200]
     if dev is not None:
         out.update(device_per_layer_s=round(dev["per_layer_s"], 7),
-                   device_call_s=round(dev["call_s"], 7))
+                   device_call_s=round(dev["call_s"], 7), device_reps=dev["reps"])
     return out

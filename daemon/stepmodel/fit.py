@@ -233,7 +233,7 @@ def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
     elif g is not None:
         device = Term("device_optim", g, "resident layer",
                       f"calibrated: one more layer of card 0's optimizer on scratch buffers, "
-                      f"median of {cal.get('reps')} pairs (the baseline's start record)")
+                      f"median of {cal.get('device_reps')} pairs (the baseline's start record)")
     else:
         device = Term("device_optim", host.seconds, "resident layer",
                       f"{ESTIMATED}: equal to the host optimizer per layer, "

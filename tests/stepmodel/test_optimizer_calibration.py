@@ -16,7 +16,8 @@ from trainer.records import OPTIM_CALIBRATION
 FIXED = {**KNOWN, "host_optim_fixed": 0.06, "host_optim_call": 0.01, "device_optim": 0.009}
 #: What the trainer's calibration measures for them.
 CALIBRATION = {"reps": 25, "host_per_layer_s": FIXED["host_optim"], "host_call_s": 0.01,
-               "device_per_layer_s": FIXED["device_optim"], "device_call_s": 0.004}
+               "device_per_layer_s": FIXED["device_optim"], "device_call_s": 0.004,
+               "device_reps": 25}
 CALIBRATED = {OPTIM_CALIBRATION: CALIBRATION}
 
 

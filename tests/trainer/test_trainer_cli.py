@@ -84,7 +84,7 @@ def test_the_all_offload_pass_records_the_optimizer_calibration_and_the_step_mod
     recs = parsed(proc.stdout)
     base, main = [r for r in recs if isinstance(r, Start)]
     cal = base.config[records.OPTIM_CALIBRATION]
-    assert cal["reps"] == 25
+    assert 5 <= cal["reps"] <= 25 and 5 <= cal["device_reps"] <= 25
     for key in ("host_per_layer_s", "host_call_s", "device_per_layer_s", "device_call_s"):
         assert 0.0 <= cal[key] < 1.0, key
     # A pass with resident layers is not fitted on: it is not calibrated.
