@@ -44,6 +44,18 @@ PHASES = (
     "wait",  # synchronisation waits that no phase above claimed
 )
 
+#: A key of an all-offload pass's ``start`` config: the optimizer's cost per
+#: layer, timed by trainer/calibrate.py on scratch buffers shaped like one
+#: layer, before the pass's first step. Seconds: ``host_per_layer_s`` and
+#: ``host_call_s`` (the host's fused AdamW with the clip norm: one more layer,
+#: and the call's own fixed part) over ``reps`` timed pairs, and
+#: ``device_per_layer_s`` and ``device_call_s`` (the same on card 0) over
+#: ``device_reps``. A place not timed is left out (``device_not_timed`` says
+#: why for card 0). The step model (daemon/stepmodel/fit.py) reads it to split
+#: the host optimizer into a fixed and a per-layer part and to price a
+#: resident layer on the cards.
+OPTIM_CALIBRATION = "optim_calibration"
+
 #: ``end`` statuses the trainer writes.
 END_STATUSES = ("ok", "error", "oom", "cancelled")
 

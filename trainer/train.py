@@ -41,7 +41,7 @@ from pathlib import Path
 
 from trainer import records
 from trainer.errors import UsageError
-from trainer.records import BASELINE, MAIN, Event, RecordWriter, Start, Step
+from trainer.records import BASELINE, MAIN, OPTIM_CALIBRATION, Event, RecordWriter, Start, Step
 
 
 @dataclass
@@ -336,8 +336,11 @@ class _Pass:
         recipe.label = self.label
         self.engine = engine = recipe.build_engine(self.resident)
         placement = engine.placement
+        config = recipe.config_record(engine, self.steps)
+        if placement.resident_layers == 0:
+            config[OPTIM_CALIBRATION] = self.calibrate(engine)
         recipe.writer.write(Start(
-            config_label=self.label, config=recipe.config_record(engine, self.steps),
+            config_label=self.label, config=config,
             run_id=cfg.run_id, versions=versions(), git=git_commit(), host=platform.node()))
         recipe.event("placement", placement.describe())
         for b in recipe.backends:
@@ -357,6 +360,21 @@ class _Pass:
             "params_per_layer": models.params_per_layer(engine.model),
         }
         self.stream = iter(recipe.batches)
+
+    def calibrate(self, engine) -> dict:
+        """The optimizer's cost per layer (trainer/calibrate.py), for the step model.
+
+        An all-offload pass is what the step model fits on, and it never runs a
+        resident layer or varies the offloaded ones: timed once here, before
+        the first step, on scratch buffers the size of its first layer's groups.
+        """
+        from trainer import calibrate
+
+        numels = [t.numel() for t in engine.slots[0].host_master.values()]
+        t0 = time.perf_counter()
+        costs = calibrate.optim_costs(numels, self.recipe.backends[0])
+        log(f"{self.label}: optimizer calibration {costs} ({time.perf_counter() - t0:.2f} s)")
+        return costs
 
     def step(self) -> None:
         recipe, cfg, engine = self.recipe, self.recipe.cfg, self.engine

@@ -14,9 +14,11 @@ API (plain step dicts in, frozen dataclasses out; a step dict is a row of
 ``Store.steps`` or a parsed JSON ``step`` record):
 
 - ``fit(baseline_steps, baseline_config=None, *, resident_steps=None, ...) -> Terms``
-  Terms from the medians of the baseline's phases over steps 6-N. A resident
-  pass (any pass with resident layers on the same hardware) gives the device
-  optimizer's cost per layer; without one that term is estimated and marked.
+  Terms from the medians of the baseline's phases over steps 6-N and its
+  start config's optimizer calibration. A resident pass (any pass with
+  resident layers on the same hardware) gives the device optimizer's cost
+  per layer, else the calibration; without either that term is estimated
+  and marked.
   Raises ``ModelFitError`` ("cannot fit: the baseline has no upload timings").
 - ``Shape``: a config as the model sees it (layers, cards, resident per card,
   accumulation, sequence length, micro-batch). ``Shape.of_steps(steps)``
@@ -57,9 +59,16 @@ is the sum of its phases:
     fwd_bwd      = T_dev * (tokens / tokens_b) * (L / L_b)
     upload       = u * offloaded
     download     = d * offloaded
-    host_optim   = h * offloaded          (clip norm and fused AdamW on the host)
+    host_optim   = F + h * offloaded      (clip norm and fused AdamW on the host; 0 at none)
     device_optim = g0 + g * resident      (g0: embed, norm and head, on the cards always)
+                   + (F - c)              (only when no layer is offloaded)
     wait, unclaimed: as in the baseline
+
+``h``, ``g`` and ``c`` (the host optimizer call's own cost) come from the
+baseline's optimizer calibration (trainer/calibrate.py, in its start config)
+where it has one, and ``F`` is the baseline's host optimizer less ``h`` per
+layer; without one, ``F = c = 0``, ``h`` is the host optimizer per layer and
+``g`` is estimated as ``h`` (docs/design.md "### Terms").
 
 ``resident = cards * resident_per_card``, ``offloaded = L - resident`` and
 ``_b`` marks the baseline. Every term is a median over the baseline's steps

@@ -153,8 +153,7 @@ class Comparison:
             base = (terms.compute_iqr, terms.compute.seconds)
             main = self.measured_compute_iqr
         else:
-            base = (terms.phase_iqr(phase),
-                    getattr(terms, phase).seconds * terms.baseline.offloaded)
+            base = (terms.phase_iqr(phase), terms.baseline_phase_s(phase))
             main = self.measured_pass.phase_iqr(phase) if self.measured_pass else None
         return 2 * math.hypot(median_se(*base, terms.compute_steps),
                               median_se(main, self.measured_phases[phase], self.steps))

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from daemon import stats
 from daemon.errors import ModelFitError
 from daemon.stepmodel.shape import Shape
+from trainer.records import OPTIM_CALIBRATION
 
 #: The phases the model needs in the baseline, with the words its error uses.
 NEEDED = {
@@ -66,6 +67,14 @@ class Terms:
     baseline_iqr: tuple[float, float]
     compute_iqr: tuple[float, float] | None = None  # quartiles of the baseline's fwd_bwd
     compute_steps: int = 0  # how many steps those quartiles and the medians are over
+    #: F: the host optimizer's part that does not grow with the offloaded layers
+    #: (the call, the clip norm's reduction, the first touch after the backward).
+    host_optim_fixed: Term = Term("host_optim_fixed", 0.0, "step with offloaded layers",
+                                  "none: the host optimizer is priced per layer alone")
+    #: c: the host optimizer call's own cost (calibrated, warm): with no layer
+    #: offloaded the call goes, the rest of F moves to the cards' optimizer.
+    host_optim_call: Term = Term("host_optim_call", 0.0, "step with offloaded layers",
+                                 "none: the host optimizer is priced per layer alone")
     #: The baseline pass's numbers, for the quartiles of a phase the host notice
     #: weighs (``phase_iqr``): read only then, four indexed reads a phase.
     baseline_pass: stats.PassStats | None = field(default=None, compare=False, repr=False)
@@ -77,8 +86,14 @@ class Terms:
         return self.baseline_pass.phase_iqr(phase) if self.baseline_pass is not None else None
 
     def all(self) -> list[Term]:
-        return [self.compute, self.upload, self.download, self.host_optim,
-                self.device_optim_fixed, self.device_optim, self.wait, self.unclaimed]
+        return [self.compute, self.upload, self.download, self.host_optim_fixed,
+                self.host_optim, self.host_optim_call, self.device_optim_fixed,
+                self.device_optim, self.wait, self.unclaimed]
+
+    def baseline_phase_s(self, phase: str) -> float:
+        """A per-layer phase's seconds in the baseline (its median): the terms at its shape."""
+        fixed = self.host_optim_fixed.seconds if phase == "host_optim" else 0.0
+        return fixed + getattr(self, phase).seconds * self.baseline.offloaded
 
     def as_dict(self) -> dict:
         return {"baseline": asdict(self.baseline), "baseline_median_s": self.baseline_median_s,
@@ -123,6 +138,55 @@ def edge_params(config: dict | None) -> int | None:
     return vocab * hidden * (1 if config.get("tied_head") else 2) + hidden
 
 
+def calibration(config: dict | None) -> dict:
+    """A pass's optimizer calibration from its start config (``records.OPTIM_CALIBRATION``)."""
+    cal = (config or {}).get(OPTIM_CALIBRATION)
+    return cal if isinstance(cal, dict) else {}
+
+
+def _seconds(cal: dict, key: str) -> float | None:
+    v = cal.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        return None
+    return float(v)
+
+
+def _host_optimizer(host_s: float, off: int, cal: dict, where: str) -> tuple[Term, Term, Term]:
+    """The host optimizer's terms: F (per step), h (per offloaded layer) and c (its call).
+
+    With a calibration, h is the calibrated cost of one more layer and F the
+    baseline's host optimizer less ``off`` of them. Without one (or with one
+    that leaves F below 0, a calibration the host slowed down), the whole
+    phase is priced per layer, as before calibrations.
+    """
+    per_layer, call = _seconds(cal, "host_per_layer_s"), _seconds(cal, "host_call_s")
+    if per_layer is None or per_layer * off > host_s:
+        none = "none: the host optimizer is priced per layer alone (the baseline has no " \
+               "usable optimizer calibration)"
+        return (Term("host_optim_fixed", 0.0, "step with offloaded layers", none),
+                Term("host_optim", host_s / off, "offloaded layer", where),
+                Term("host_optim_call", 0.0, "step with offloaded layers", none))
+    pairs = f"median of {cal.get('reps')} pairs (the baseline's start record)"
+    fixed = host_s - per_layer * off
+    return (Term("host_optim_fixed", fixed, "step with offloaded layers",
+                 f"{where}, less {off} x the calibrated cost per layer"),
+            Term("host_optim", per_layer, "offloaded layer",
+                 f"calibrated: one more layer of the host's fused AdamW on scratch buffers, {pairs}"),
+            Term("host_optim_call", min(call or 0.0, fixed), "step with offloaded layers",
+                 f"calibrated: the host optimizer call's own cost, {pairs}"))
+
+
+def _moved_to_cards(fixed: float, call: float) -> float:
+    """What the cards' optimizer takes over when no layer is offloaded: F less the call.
+
+    The first optimizer call after the backward finds caches cold (the cpu
+    backend's fused AdamW costs a few hundred microseconds more there than in
+    a second call right after); with no offloaded layer there is no host
+    call, and the cards' first call pays it instead.
+    """
+    return max(fixed - call, 0.0)
+
+
 def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
         resident_steps: Steps | None = None, baseline_label: str = "baseline",
         resident_label: str = "resident pass") -> Terms:
@@ -152,20 +216,28 @@ def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
     where = f"{baseline_label}, {_range(base)}"
     off = shape.offloaded
 
-    host = Term("host_optim", med["host_optim"] / off, "offloaded layer", where)
+    cal = calibration(baseline_config)
+    host_fixed, host, host_call = _host_optimizer(med["host_optim"], off, cal, where)
     resident = _pass(resident_steps)
+    g = _seconds(cal, "device_per_layer_s")
     if resident is not None and resident.steps:
         rshape = Shape.of_step(resident.last)
         if not rshape.resident:
             raise ModelFitError(f"cannot fit: the {resident_label} has no resident layers")
         rmed = _phase_medians(resident, resident_label)
-        per_layer = (rmed["device_optim"] - med["device_optim"]) / rshape.resident
+        # With no layer offloaded, the pass's cards took over the host optimizer's first touch.
+        moved = 0.0 if rshape.offloaded else _moved_to_cards(host_fixed.seconds, host_call.seconds)
+        per_layer = (rmed["device_optim"] - med["device_optim"] - moved) / rshape.resident
         device = Term("device_optim", max(per_layer, 0.0), "resident layer",
                       f"{resident_label}, {_range(resident)}, less the baseline's embed and head")
+    elif g is not None:
+        device = Term("device_optim", g, "resident layer",
+                      f"calibrated: one more layer of card 0's optimizer on scratch buffers, "
+                      f"median of {cal.get('device_reps')} pairs (the baseline's start record)")
     else:
         device = Term("device_optim", host.seconds, "resident layer",
                       f"{ESTIMATED}: equal to the host optimizer per layer, "
-                      "for want of a resident pass")
+                      "for want of a resident pass or a calibration")
 
     return Terms(
         baseline=shape,
@@ -173,6 +245,8 @@ def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
         upload=Term("upload", med["upload"] / off, "offloaded layer", where),
         download=Term("download", med["download"] / off, "offloaded layer", where),
         host_optim=host,
+        host_optim_fixed=host_fixed,
+        host_optim_call=host_call,
         device_optim_fixed=Term("device_optim_fixed", med["device_optim"],
                                 "step (embed, norm and head)", where),
         device_optim=device,
@@ -220,12 +294,14 @@ class Prediction:
 def _form(v: dict[str, float], b: Shape, target: Shape) -> dict[str, float]:
     """The form (package docstring) with the terms' values ``v``: ``target``'s phases."""
     work = (target.tokens / b.tokens) * (target.layers / b.layers)
+    off = target.offloaded
+    moved = 0.0 if off else _moved_to_cards(v["host_optim_fixed"], v["host_optim_call"])
     return {
         "fwd_bwd": v["compute"] * work,
-        "upload": v["upload"] * target.offloaded,
-        "download": v["download"] * target.offloaded,
-        "host_optim": v["host_optim"] * target.offloaded,
-        "device_optim": v["device_optim_fixed"] + v["device_optim"] * target.resident,
+        "upload": v["upload"] * off,
+        "download": v["download"] * off,
+        "host_optim": v["host_optim_fixed"] + v["host_optim"] * off if off else 0.0,
+        "device_optim": v["device_optim_fixed"] + v["device_optim"] * target.resident + moved,
         "wait": v["wait"],
         "unclaimed": v["unclaimed"],
     }
@@ -236,6 +312,8 @@ def predict(terms: Terms, target: Shape) -> Prediction:
     b = terms.baseline
     v = {"compute": terms.compute.seconds, "upload": terms.upload.seconds,
          "download": terms.download.seconds, "host_optim": terms.host_optim.seconds,
+         "host_optim_fixed": terms.host_optim_fixed.seconds,
+         "host_optim_call": terms.host_optim_call.seconds,
          "device_optim_fixed": terms.device_optim_fixed.seconds,
          "device_optim": terms.device_optim.seconds, "wait": terms.wait.seconds,
          "unclaimed": terms.unclaimed.seconds}
@@ -261,12 +339,17 @@ def predict_step(prediction: Prediction, baseline_step: dict) -> dict[str, float
         return None
     have = {p: float(phases.get(p) or 0.0) for p in (*NEEDED, *OPTIONAL)}
     off = b.offloaded
+    # Split (calibrated): the cost per layer stays, the step's fixed part is its own
+    # host optimizer less that. Not split: the whole phase per layer, this step's.
+    split = terms.host_optim_fixed.seconds > 0
+    per_layer = terms.host_optim.seconds if split else have["host_optim"] / off
     v = {"compute": have["fwd_bwd"], "upload": have["upload"] / off,
-         "download": have["download"] / off, "host_optim": have["host_optim"] / off,
+         "download": have["download"] / off, "host_optim": per_layer,
+         "host_optim_fixed": max(have["host_optim"] - per_layer * off, 0.0),
+         "host_optim_call": terms.host_optim_call.seconds,
          "device_optim_fixed": have["device_optim"],
          # Estimated from the host optimizer per layer: it follows this step's host optimizer.
-         "device_optim": (have["host_optim"] / off if terms.device_optim.estimated
-                          else terms.device_optim.seconds),
+         "device_optim": per_layer if terms.device_optim.estimated else terms.device_optim.seconds,
          "wait": have["wait"],
          "unclaimed": float(baseline_step["step_s"]) - sum(have.values())}
     out = _form(v, b, prediction.target)

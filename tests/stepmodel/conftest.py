@@ -12,7 +12,8 @@ def recorded_run(store):
     """Stores a run from step records the way ingest does; returns its id."""
     from daemon.ingest import Ingest
 
-    def add(*passes: list, config: dict | None = None, main_config: dict | None = None) -> int:
+    def add(*passes: list, config: dict | None = None, main_config: dict | None = None,
+            baseline_config: dict | None = None) -> int:
         run_id = store.add_run(config or {"backend": "cpu", "cards": 1})
         lines = []
         for steps in passes:
@@ -25,7 +26,8 @@ def recorded_run(store):
                         "accum": last["accum"], "micro_batch": 1, "vocab_size": 128256,
                         "hidden_size": 4096, "tied_head": False,
                         "params_per_layer": last["params_per_layer"],
-                        **(main_config or {} if label == records.MAIN else {})})))
+                        **(main_config or {} if label == records.MAIN else {}),
+                        **(baseline_config or {} if label == records.BASELINE else {})})))
             lines += [records.dumps(s) for s in steps]
         Ingest(store).feed(run_id, lines)
         return run_id

@@ -22,12 +22,16 @@ def phases_for(terms: dict, *, layers: int, cards: int, resident_per_card: int,
     resident = cards * resident_per_card
     offloaded = layers - resident
     tokens = seq_len * accum * micro_batch
+    # The host optimizer's fixed part, where given: with no layer offloaded it goes,
+    # less its call, to the cards' optimizer.
+    fixed, call = terms.get("host_optim_fixed", 0.0), terms.get("host_optim_call", 0.0)
     return {
         "fwd_bwd": terms["compute"] * tokens / base_tokens * layers / base_layers,
         "upload": terms["upload"] * offloaded,
         "download": terms["download"] * offloaded,
-        "host_optim": terms["host_optim"] * offloaded,
-        "device_optim": terms["device_optim_fixed"] + terms["device_optim"] * resident,
+        "host_optim": fixed + terms["host_optim"] * offloaded if offloaded else 0.0,
+        "device_optim": terms["device_optim_fixed"] + terms["device_optim"] * resident
+                        + (0.0 if offloaded else fixed - call),
         "wait": terms["wait"],
     }
 

@@ -76,6 +76,26 @@ def test_start_records_carry_the_full_config_versions_commit_and_host(baseline_r
     assert main.host and (main.git is None or len(main.git) == 40)
 
 
+def test_the_all_offload_pass_records_the_optimizer_calibration_and_the_step_model_reads_it(
+        baseline_run):
+    from daemon import stepmodel
+
+    proc, _ = baseline_run
+    recs = parsed(proc.stdout)
+    base, main = [r for r in recs if isinstance(r, Start)]
+    cal = base.config[records.OPTIM_CALIBRATION]
+    assert 5 <= cal["reps"] <= 25 and 5 <= cal["device_reps"] <= 25
+    for key in ("host_per_layer_s", "host_call_s", "device_per_layer_s", "device_call_s"):
+        assert 0.0 <= cal[key] < 1.0, key
+    # A pass with resident layers is not fitted on: it is not calibrated.
+    assert records.OPTIM_CALIBRATION not in main.config
+    steps = [json.loads(records.dumps(r)) for r in recs
+             if isinstance(r, Step) and r.config_label == "baseline"]
+    terms = stepmodel.fit(steps, base.config)
+    assert terms.device_optim.source.startswith("calibrated:")
+    assert not terms.device_optim.estimated
+
+
 def test_step_records_have_phases_that_add_up_and_the_step_model_fields(baseline_run):
     proc, _ = baseline_run
     steps = [r for r in parsed(proc.stdout) if isinstance(r, Step)]
