@@ -36,8 +36,8 @@ def median_se(iqr: tuple[float, float] | None, median: float, n: int) -> float:
 #: move is the host's. fwd_bwd always (the same tokens and layers, scaled);
 #: upload, download and the host optimizer per offloaded layer, where the
 #: asked config offloads any. Not the device optimizer: per resident layer it
-#: is estimated from the host's (a miss there is the model's), nor wait and
-#: the unclaimed rest, which no phase's work explains.
+#: is calibrated on scratch buffers or estimated (a miss there is the
+#: model's), nor wait and the unclaimed rest, which no phase's work explains.
 WATCHED = ("fwd_bwd", *PER_LAYER)
 
 

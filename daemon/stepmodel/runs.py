@@ -17,7 +17,7 @@ from daemon.stepmodel.memory import (
 )
 from daemon.stepmodel.pairing import paired, paired_window
 from daemon.stepmodel.shape import Shape, _extra
-from trainer.records import BASELINE, MAIN
+from trainer.records import BASELINE, MAIN, OPTIM_CALIBRATION
 
 
 def _pass_config(store, run_id: int, label: str) -> dict | None:
@@ -58,11 +58,13 @@ def baseline_of(store, run_id: int) -> Baseline | None:
     return None
 
 
-def terms_for_run(store, run_id: int, *,
-                  baseline: stats.PassStats | None = None) -> Terms | None:
+def terms_for_run(store, run_id: int, *, baseline: stats.PassStats | None = None,
+                  calibrated: bool = True) -> Terms | None:
     """Terms fitted from the run's own baseline pass; None when it has none.
 
     ``baseline``: the pass's ``stats.pass_stats`` when the caller has it already.
+    ``calibrated=False`` leaves the pass's optimizer calibration out: the model
+    as it priced before calibrations (bench/stepmodel_optim_ab.py compares).
     """
     if baseline is None:
         if not store.pass_counts(run_id, BASELINE)[0]:
@@ -70,17 +72,20 @@ def terms_for_run(store, run_id: int, *,
         baseline = stats.pass_stats(store, run_id, BASELINE)
     if not baseline.steps:
         return None
-    return fit(baseline, _pass_config(store, run_id, BASELINE),
-               baseline_label=f"run {run_id} baseline")
+    config = _pass_config(store, run_id, BASELINE)
+    if not calibrated and config:
+        config = {k: v for k, v in config.items() if k != OPTIM_CALIBRATION}
+    return fit(baseline, config, baseline_label=f"run {run_id} baseline")
 
 
 def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
-            baseline: stats.PassStats | None = None) -> Comparison | None:
+            baseline: stats.PassStats | None = None, calibrated: bool = True) -> Comparison | None:
     """The run's main pass against the model from its own baseline pass.
 
     None when the run has no baseline pass or no main steps yet. Raises
     ModelFitError when the baseline cannot give the terms. ``main`` and
-    ``baseline``: the passes' ``stats.pass_stats`` when the caller has them.
+    ``baseline``: the passes' ``stats.pass_stats`` when the caller has them;
+    ``calibrated``: as ``terms_for_run``.
     """
     if main is None:
         if not store.pass_counts(run_id, MAIN)[0]:
@@ -92,7 +97,7 @@ def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
         if not store.pass_counts(run_id, BASELINE)[0]:
             return None
         baseline = stats.pass_stats(store, run_id, BASELINE)
-    terms = terms_for_run(store, run_id, baseline=baseline)
+    terms = terms_for_run(store, run_id, baseline=baseline, calibrated=calibrated)
     if terms is None:
         return None
     prediction = predict(terms, Shape.of_step(main.last))

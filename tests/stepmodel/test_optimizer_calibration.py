@@ -104,3 +104,18 @@ def test_a_stored_run_with_a_calibrated_baseline_is_compared_with_zero_error(sto
 
     assert c.error == pytest.approx(0.0, abs=1e-12)
     assert c.prediction.terms.host_optim_fixed.seconds == pytest.approx(0.06)
+
+
+def test_the_same_run_without_its_calibration_is_priced_as_before_calibrations(store, recorded_run):
+    run = recorded_run(make_pass(FIXED, cards=2, raw=False),
+                       make_pass(FIXED, cards=2, resident_per_card=8, label="main", raw=False),
+                       baseline_config=CALIBRATED)
+
+    c = stepmodel.for_run(store, run, calibrated=False)
+
+    # The whole host optimizer per layer: half the layers offloaded, half the fixed part
+    # gone from the host; a resident layer priced like an offloaded one, fixed part included.
+    per_layer = FIXED["host_optim"] + 0.06 / 32
+    assert c.prediction.phases["host_optim"] == pytest.approx(per_layer * 16)
+    assert c.prediction.estimated_terms == ["device_optim"]
+    assert c.error > 0
