@@ -307,11 +307,19 @@ def _on_host(node) -> bool:
 
 
 def _inside_function(node) -> bool:
-    """Whether a node ran inside an autograd Function's forward (autograd off there): an
-    input needs a gradient, its output does not. Its gradient is the Function's backward."""
-    inputs = [a for a in pytree.tree_leaves((node.args, node.kwargs))
-              if isinstance(a, torch.fx.Node)]
-    return not _wants_grad(node) and any(_wants_grad(a) for a in inputs)
+    """Whether a node ran inside an autograd Function's forward (autograd off there): its
+    output needs no gradient while an input does, or comes from such a node (the loss's
+    chunks: a slice of the logits, then its log_softmax, ...). Its gradient is the Function's
+    backward."""
+    if _wants_grad(node):
+        return False
+    inside = node.meta.get("_inside_function")
+    if inside is None:
+        inputs = [a for a in pytree.tree_leaves((node.args, node.kwargs))
+                  if isinstance(a, torch.fx.Node)]
+        inside = any(_wants_grad(a) or _inside_function(a) for a in inputs)
+        node.meta["_inside_function"] = inside
+    return inside
 
 
 def _wants_grad(node) -> bool:
@@ -336,12 +344,40 @@ def trace_graph(name: str, fn, inputs: tuple, probe: bool, own: set[str], caches
 
 
 def explicit_backwards(module: torch.nn.Module, rows: int) -> tuple:
-    """(label, function, example inputs) of the backward of each ``MmLinear`` in ``module``,
-    for ``rows`` input rows: what the card runs for its gradient."""
-    return tuple(("MmLinear's own backward", furiosa_modules.mm_backward,
-                  (torch.randn(rows, m.out_features), torch.randn(rows, m.in_features),
-                   torch.randn(m.out_features, m.in_features)))
-                 for m in module.modules() if isinstance(m, furiosa_modules.MmLinear))
+    """(label, function, example inputs) of the backward of each ``MmLinear`` and of each
+    LoRA adapter's two products (``MmLoRALinear``) in ``module``, for ``rows`` input rows:
+    what the card runs for their gradients (a frozen weight gets none)."""
+    def entry(label, out_features, in_features, weight):
+        def backward(grad, x, w, want_weight=weight.requires_grad):
+            return furiosa_modules.mm_backward(grad, x, w, True, want_weight)
+
+        return (label, backward, (torch.randn(rows, out_features),
+                                  torch.randn(rows, in_features),
+                                  torch.randn(out_features, in_features)))
+
+    found = []
+    for m in module.modules():
+        if isinstance(m, furiosa_modules.MmLinear):
+            found.append(entry("MmLinear's own backward", m.out_features, m.in_features,
+                               m.weight))
+        elif isinstance(m, furiosa_modules.MmLoRALinear):
+            rank, width = m.lora_a.shape
+            found += [entry("the LoRA products' own backward", rank, width, m.lora_a),
+                      entry("the LoRA products' own backward", m.lora_b.shape[0], rank,
+                            m.lora_b)]
+    return tuple(found)
+
+
+def loss_backward(logits: torch.Tensor, target: torch.Tensor) -> tuple:
+    """(label, function, example inputs) of the loss's own backward (``ChunkedCrossEntropy``)
+    at these logits and targets, in the trainer's chunks: what the card runs for its
+    gradient."""
+    rows = furiosa_modules.loss_chunk_rows(logits.shape[-1])
+
+    def backward(logits, target, scale):
+        return furiosa_modules.chunked_loss_backward(logits, target, scale, rows)
+
+    return ("the loss's own backward", backward, (logits, target, torch.tensor(1.0 / 32)))
 
 
 @dataclass
@@ -357,14 +393,17 @@ class StepPiece:
     explicit: tuple = ()  # the trainer's own backwards it runs (explicit_backwards)
 
 
-def step_pieces(model_name: str, seq_len: int = 32) -> list[StepPiece]:
-    """The distinct graphs of one training step of ``model_name``, with the modules and the
-    loss the furiosa backend runs (trainer/furiosa_modules.py)."""
+def step_pieces(model_name: str, seq_len: int = 32, lora: int = 0) -> list[StepPiece]:
+    """The distinct graphs of one training step of ``model_name`` (with LoRA adapters of rank
+    ``lora``, if not 0), with the modules and the loss the furiosa backend runs
+    (trainer/furiosa_modules.py)."""
     from transformers.masking_utils import create_causal_mask
 
     spec = models.resolve(model_name)
-    model = furiosa_modules.for_card(
-        models.build(spec, None if spec.folder else data.SYNTHETIC_VOCAB, seed=0))
+    model = models.build(spec, None if spec.folder else data.SYNTHETIC_VOCAB, seed=0)
+    if lora:
+        models.add_lora(model, lora)
+    model = furiosa_modules.for_card(model)
     cfg, inner = model.config, model.model
     vocab = min(cfg.vocab_size, data.SYNTHETIC_VOCAB)
     ids, labels = data.synthetic(seq_len, vocab, 0, count=1)
@@ -412,20 +451,23 @@ def step_pieces(model_name: str, seq_len: int = 32) -> list[StepPiece]:
         StepPiece("layer", "decoder layer (every layer)", decoder_layer, (h.clone(),), True,
                   "forward", explicit_backwards(layer, seq_len)),
         StepPiece("head", "norm, head and loss", head_and_loss, (h.clone(),), True, "forward",
-                  explicit_backwards(model.lm_head, seq_len)),
+                  explicit_backwards(model.lm_head, seq_len) + (loss_backward(
+                      torch.randn(seq_len, cfg.vocab_size), target),)),
         StepPiece("adamw", "AdamW step (a card's resident layers)", adamw_step,
                   (copy.copy(flat),), False, "optimizer")]
 
 
 def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True,
-                limit_s: float = COMPILE_LIMIT_S) -> list[Graph]:
-    """The op rows of each distinct graph of one training step of ``model_name``; each
-    compile (``probe``) in a child process given at most ``limit_s`` seconds."""
-    pieces = step_pieces(model_name, seq_len)
-    if probe:  # compile for what the trainer runs on: a whole card, its 8 PEs fused
-        from trainer.furiosa_torch import fuse_cards
+                limit_s: float = COMPILE_LIMIT_S, lora: int = 0) -> list[Graph]:
+    """The op rows of each distinct graph of one training step of ``model_name`` (LoRA of rank
+    ``lora`` if not 0); each compile (``probe``) in a child process given at most ``limit_s``
+    seconds."""
+    pieces = step_pieces(model_name, seq_len, lora)
+    if probe:  # compile as the trainer does: for a whole card (8 PEs fused), its settings
+        from trainer.furiosa_torch import configure_compiler, fuse_cards
 
         fuse_cards()
+        configure_compiler()
         torch.set_num_threads(1)  # the children are forked: no OpenMP pool across a fork
     own = differentiated_by_package()
     caches = new_caches()
@@ -442,9 +484,11 @@ def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True,
 def render(model_name: str, graphs: list[Graph], version: str, probed: bool,
            unprobed_because: str | None = None, limit_s: float = COMPILE_LIMIT_S) -> str:
     """The report as Markdown: one table per graph, then the verdict."""
-    how = f"compile-probed, {limit_s:g} s a compile at most" if probed else (
-        "traced only, not compile-probed") + (
-        f": {unprobed_because}" if unprobed_because else "")
+    from trainer.furiosa_torch import settings_text
+
+    how = (f"compile-probed, {limit_s:g} s a compile at most, {settings_text()}" if probed
+           else "traced only, not compile-probed" + (
+               f": {unprobed_because}" if unprobed_because else ""))
     title = (f"Op report: one training step of {model_name} on furiosa-torch {version} "
              f"({how}, no card)")
     out = [title, ""]
