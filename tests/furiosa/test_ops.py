@@ -146,3 +146,32 @@ def test_check_lora_is_for_the_op_report_only(python_in):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].endswith(
         "--lora is for the op report: give --backend furiosa:N --ops")
+
+
+@needs_cross_compiler
+def test_every_op_of_the_chunked_loss_and_its_own_backward_compiles_for_a_card():
+    # The loss a chunk of tokens at a time (two chunks of 4 and one of 2 here), its backward
+    # written out: each op, forward and backward, compiles with the trainer's settings.
+    from trainer import furiosa_modules
+
+    furiosa_torch.fuse_cards()
+    furiosa_torch.configure_compiler()
+    logits = torch.randn(10, 16)
+    target = torch.tensor([3, -1, 0, 15, 7, 7, -1, 2, 9, 1])
+
+    def loss(x):
+        with torch.enable_grad():
+            return furiosa_modules.loss_from_targets(x.requires_grad_(True), target, 16, 8,
+                                                     chunk_rows=4)
+
+    def backward(x, target, scale):
+        return furiosa_modules.chunked_loss_backward(x, target, scale, 4)
+
+    graph = ops.trace_graph("loss", loss, (logits,), True, ops.differentiated_by_package(),
+                            ops.new_caches(),
+                            explicit=(("the loss's own backward", backward,
+                                       (logits, target, torch.tensor(0.125))),))
+    assert rows(graph, "forward")["aten::log_softmax.int"].grad == "explicit"
+    assert {"aten::softmax.int", "aten::copy_", "aten::sub.Tensor"} <= set(
+        rows(graph, "backward"))
+    assert graph.failing() == [], graph.failing()
