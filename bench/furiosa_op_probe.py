@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from trainer import furiosa_torch, ops
+from trainer import card_step, furiosa_torch, ops
 
 
 def main(argv: list[str]) -> int:
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
 
     furiosa_torch.fuse_cards()
     torch.set_num_threads(1)  # the compiles run in forked children
-    piece = next(g for g in ops.step_pieces(args.model, args.seq_len) if g.key == args.graph)
+    piece = next(g for g in card_step.step_pieces(args.model, args.seq_len) if g.key == args.graph)
     traced = ops._trace(piece.fn, piece.inputs)
     nodes = {n.name: n for n in traced.gm.graph.nodes}
     only = set(filter(None, args.ops.split(",")))

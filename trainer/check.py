@@ -92,16 +92,21 @@ def check(backend_spec: str, model_name: str, seq_len: int, resident: int, seed:
 
 def run_check(backend_spec: str, model_name: str, seq_len: int, resident: int, seed: int,
               rtol: float | None, as_json: bool = False, ops: bool = False,
-              probe: bool = True, compile_limit: float | None = None) -> int:
+              probe: bool = True, compile_limit: float | None = None, lora: int = 0) -> int:
     """Compare the backend with CPU fp32; a furiosa backend without a card (or ``ops``) gives
-    the hardware-free op report of one training step instead."""
+    the hardware-free op report of one training step (of LoRA adapters of rank ``lora``, if
+    not 0) instead."""
     furiosa = backend_spec.startswith("furiosa")
     if compile_limit is not None and compile_limit <= 0:
         raise UsageError("--compile-limit must be a positive number of seconds")
+    if lora < 0:
+        raise UsageError("--lora rank must be positive")
+    if lora and not (furiosa and ops):
+        raise UsageError("--lora is for the op report: give --backend furiosa:N --ops")
     if ops and not furiosa:
         raise UsageError("--ops reports what furiosa-torch would run: give --backend furiosa:N")
     if furiosa and ops:
-        return run_op_report(model_name, seq_len, None, as_json, probe, compile_limit)
+        return run_op_report(model_name, seq_len, None, as_json, probe, compile_limit, lora)
     try:
         rows, rtol = check(backend_spec, model_name, seq_len, resident, seed, rtol)
     except BackendUnavailable as exc:
@@ -125,7 +130,7 @@ def run_check(backend_spec: str, model_name: str, seq_len: int, resident: int, s
 
 
 def run_op_report(model_name: str, seq_len: int, no_card: str | None, as_json: bool,
-                  probe: bool, compile_limit: float | None = None) -> int:
+                  probe: bool, compile_limit: float | None = None, lora: int = 0) -> int:
     """The op report (trainer/ops.py): exit 0 when every op compiles for a card, else 1."""
     from trainer import furiosa_torch, ops
 
@@ -136,10 +141,11 @@ def run_op_report(model_name: str, seq_len: int, no_card: str | None, as_json: b
         print(f"op report: compiling every op of the step for a card, each given {limit:g} s "
               "at most, which takes minutes to hours (--trace-only: seconds)",
               file=sys.stderr, flush=True)
-    graphs = ops.step_graphs(model_name, seq_len, probe=probe, limit_s=limit)
+    graphs = ops.step_graphs(model_name, seq_len, probe=probe, limit_s=limit, lora=lora)
     failing = [r for g in graphs for r in g.failing()]
     if as_json:
-        print(json.dumps({"model": model_name, "furiosa_torch": furiosa_torch.version(),
+        print(json.dumps({"model": model_name, "lora": lora,
+                          "furiosa_torch": furiosa_torch.version(),
                           "probed": probe, "not_probed_because": unprobed,
                           "compile_limit_s": limit if probe else None,
                           "no_card": no_card, "ok": not failing,
@@ -147,5 +153,6 @@ def run_op_report(model_name: str, seq_len: int, no_card: str | None, as_json: b
     else:
         if no_card:
             print(f"{no_card}: no card to compare, so the op report instead")
-        print(ops.render(model_name, graphs, furiosa_torch.version(), probe, unprobed, limit))
+        name = f"{model_name} with LoRA adapters of rank {lora}" if lora else model_name
+        print(ops.render(name, graphs, furiosa_torch.version(), probe, unprobed, limit))
     return EXIT_OK if not failing else EXIT_ERROR

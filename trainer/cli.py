@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--compile-limit", type=float, default=None, metavar="S",
                    help="op report: seconds one compile may take before it is reported as "
                         "timed out (default 900)")
+    c.add_argument("--lora", type=int, default=0, metavar="RANK",
+                   help="op report: the step of LoRA adapters of this rank on the frozen model")
     c.set_defaults(func=cmd_check)
 
     k = sub.add_parser("compile", help="warm a backend's compile cache without training",
@@ -216,7 +218,7 @@ def cmd_check(args) -> int:
 
     return run_check(args.backend, args.model, args.seq_len, args.resident_layers, args.seed,
                      args.rtol, as_json=args.json, ops=args.ops, probe=not args.trace_only,
-                     compile_limit=args.compile_limit)
+                     compile_limit=args.compile_limit, lora=args.lora)
 
 
 def cmd_compile(args) -> int:

@@ -16,7 +16,9 @@ instead:
 - the attention's softmax without ``dtype`` (``eager_attention``, registered with
   transformers as ``furiosa_eager`` and named by each attention module's own config copy);
 - the causal-LM loss as ``log_softmax`` times the labels' one-hot rows, summed
-  (``causal_lm_loss``), no ``nll_loss``; the labels' shift on the host.
+  (``causal_lm_loss``), no ``nll_loss``, a chunk of tokens at a time with its gradient
+  written out (``ChunkedCrossEntropy``: no logits-sized one-hot); the labels' shift on the
+  host.
 
 ``for_card`` swaps them into a model or one piece of it; the parameters stay the same objects
 under the same names (masters, checkpoints, the tied head and ``trainer check`` see no
@@ -76,6 +78,23 @@ class MmLinear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
+
+
+class MmLoRALinear(nn.Module):
+    """A LoRA adapter (``models.LoRALinear``: ``base(x) + scale * x A^T B^T``) as the card runs
+    it: the frozen base as ``MmLinear``, the adapter's two products as ``mm`` with their
+    gradient written out (``MmWithGradient``), not ``matmul``, whose gradient build is the
+    package's ``linear`` one. The same parameters under the same names."""
+
+    def __init__(self, lora: nn.Module):
+        super().__init__()
+        self.base = _swap(lora.base) or lora.base
+        self.lora_a, self.lora_b, self.scale = lora.lora_a, lora.lora_b, lora.scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        low = MmWithGradient.apply(x.reshape(-1, x.shape[-1]), self.lora_a)
+        up = MmWithGradient.apply(low, self.lora_b)
+        return self.base(x) + up.reshape(*x.shape[:-1], -1) * self.scale
 
 
 class MmWithGradient(torch.autograd.Function):
@@ -151,19 +170,91 @@ def host_targets(labels: torch.Tensor, ignore_index: int = -100,
     return target, int((target >= 0).sum())
 
 
+#: Elements (tokens x vocabulary) of one chunk of the loss: its one-hot rows and its other
+#: temporaries are this size, not the logits' (64 MB a temporary in fp32; 130 tokens of
+#: Llama-3.1's 128,256 words).
+LOSS_CHUNK_ELEMENTS = 1 << 24
+
+
+def loss_chunk_rows(vocab_size: int) -> int:
+    """Tokens per chunk of the loss at this vocabulary: ``LOSS_CHUNK_ELEMENTS`` at most."""
+    return max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
+
+
 def loss_from_targets(logits: torch.Tensor, target: torch.Tensor, vocab_size: int,
-                      denominator: int | torch.Tensor) -> torch.Tensor:
-    """The summed cross-entropy over ``denominator``, as the card computes it:
-    ``log_softmax``, times the one-hot rows of the targets (none where the target is -1),
-    summed. 2026.4's gradient build of ``index_select`` fails for a flat table, and
-    ``nll_loss_backward`` does not compile; ``mul`` and ``sum`` build."""
-    logp = F.log_softmax(logits.to(torch.float32).reshape(-1, vocab_size), dim=-1)
-    classes = torch.arange(vocab_size, device=logp.device)
-    one_hot = (target.to(logp.device).unsqueeze(-1) == classes).to(logp.dtype)
-    total = -(logp * one_hot).sum()
-    if torch.is_tensor(denominator):
-        denominator = denominator.to(total.device)
-    return total / denominator
+                      denominator: int | torch.Tensor,
+                      chunk_rows: int | None = None) -> torch.Tensor:
+    """The summed cross-entropy over ``denominator``, as the card computes it, a chunk of
+    tokens at a time (``ChunkedCrossEntropy``): no logits-sized one-hot, nor log-probabilities,
+    is ever made or kept for the backward."""
+    rows = chunk_rows or loss_chunk_rows(vocab_size)
+    return ChunkedCrossEntropy.apply(logits.reshape(-1, vocab_size),
+                                     target.to(logits.device), denominator, rows)
+
+
+class ChunkedCrossEntropy(torch.autograd.Function):
+    """The cross-entropy of ``logits`` [N, V] against ``target`` [N] (-1: not counted),
+    summed and divided by ``denominator``, with its gradient written out, both a chunk of
+    ``rows`` tokens at a time.
+
+    Under autograd each chunk's ``mul`` by its one-hot rows would keep those rows for the
+    backward (and ``log_softmax`` its output): chunks or not, a logits-sized one-hot and a
+    logits-sized table of log-probabilities would stay on the card until the backward. Here
+    the forward keeps only the logits (which the engine holds anyway) and the targets; the
+    backward makes the gradient, ``(softmax - one_hot) * counted * g / denominator``, chunk by
+    chunk into one logits-sized tensor (``copy_`` into its rows, as the package's own
+    ``slice_scatter`` writes a slice). Autograd is off inside a Function, so on the card each op
+    here compiles as a plain forward op (the op report's ``explicit`` rows)."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor,
+                denominator: int | torch.Tensor, rows: int) -> torch.Tensor:
+        ctx.save_for_backward(logits, target)
+        ctx.denominator, ctx.rows = denominator, rows
+        total = chunked_loss_sum(logits, target, rows)
+        if torch.is_tensor(denominator):
+            denominator = denominator.to(total.device)
+        return total / denominator
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        logits, target = ctx.saved_tensors
+        denominator = ctx.denominator
+        if torch.is_tensor(denominator):
+            denominator = denominator.to(grad.device)
+        return chunked_loss_backward(logits, target, grad / denominator, ctx.rows), \
+            None, None, None
+
+
+def chunked_loss_sum(logits: torch.Tensor, target: torch.Tensor, rows: int) -> torch.Tensor:
+    """-sum of each counted token's log-probability of its target, ``rows`` tokens at a time:
+    ``log_softmax`` times the chunk's one-hot rows (none where the target is -1), summed.
+    2026.4's gradient build of ``index_select`` fails for a flat table, and
+    ``nll_loss_backward`` does not compile; no gradient is built here (``ChunkedCrossEntropy``)."""
+    classes = torch.arange(logits.shape[-1], device=logits.device)
+    total = None
+    for start in range(0, logits.shape[0], rows):
+        logp = F.log_softmax(logits[start:start + rows].to(torch.float32), dim=-1)
+        one_hot = (target[start:start + rows].unsqueeze(-1) == classes).to(logp.dtype)
+        part = (logp * one_hot).sum()
+        total = part if total is None else total + part
+    return -total
+
+
+def chunked_loss_backward(logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor,
+                          rows: int) -> torch.Tensor:
+    """The gradient of ``-scale * chunked_loss_sum`` with respect to the logits:
+    ``(softmax - one_hot) * scale`` on counted tokens, zero on the others, ``rows`` tokens at
+    a time into one tensor of the logits' shape and dtype."""
+    classes = torch.arange(logits.shape[-1], device=logits.device)
+    out = torch.empty_like(logits)
+    for start in range(0, logits.shape[0], rows):
+        probs = F.softmax(logits[start:start + rows].to(torch.float32), dim=-1)
+        chunk = target[start:start + rows].unsqueeze(-1)
+        one_hot = (chunk == classes).to(probs.dtype)
+        counted = (chunk >= 0).to(probs.dtype)
+        out[start:start + rows].copy_((probs * counted - one_hot) * scale)
+    return out
 
 
 def _is_attention(module: nn.Module) -> bool:
@@ -194,6 +285,10 @@ def for_card(module: nn.Module) -> nn.Module:
 
 
 def _swap(module: nn.Module) -> nn.Module | None:
+    from trainer.models import LoRALinear
+
+    if isinstance(module, LoRALinear):
+        return MmLoRALinear(module)
     if isinstance(module, nn.Embedding):
         return IndexSelectEmbedding(module)
     if type(module) is nn.Linear:  # not a subclass that computes something else

@@ -44,6 +44,14 @@ _MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object f
 
 _fusion_done = False
 
+#: What the trainer (and the op report) compile a card's ops with, over the package's
+#: defaults. ``hierarchical_tactic_population`` is the package's documented compile-time switch
+#: ("reduces compile time ... slight performance regression may occur ... recommended for large
+#: models with many unique shapes"): it prunes the compiler's search for a tactic, not the op
+#: or its shapes. Measured here (bench/furiosa_compile_knobs.py, docs/performance.md): plain
+#: ``mm`` [32, 64] x [64, 64] for a whole card 159 s by default, 13.7 s with it.
+COMPILER_SETTINGS = {"hierarchical_tactic_population": True}
+
 
 class NoCard(BackendUnavailable):
     """furiosa-torch is here but no card (or no driver) answers; ``why`` says what is missing."""
@@ -115,13 +123,37 @@ def fuse_cards() -> None:
     _fusion_done = True
 
 
+def configure_compiler() -> str:
+    """Set ``COMPILER_SETTINGS`` over the package's current compiler config (everything else
+    as it was); says what was set. A release without these settings (2026.2's config has
+    none of them) compiles with its defaults."""
+    try:
+        from furiosa.torch import config
+
+        current = config.get_compiler_config()
+    except (ImportError, AttributeError):
+        return f"{PACKAGE} {version()}'s default compiler settings"
+    if not all(hasattr(current, name) for name in COMPILER_SETTINGS):
+        return f"{PACKAGE} {version()}'s default compiler settings"
+    for name, value in COMPILER_SETTINGS.items():
+        setattr(current, name, value)
+    config.set_compiler_config(current)
+    return settings_text()
+
+
+def settings_text() -> str:
+    return ", ".join(f"{name}={value}" for name, value in COMPILER_SETTINGS.items())
+
+
 def _num_fusion(fusion) -> int:
     return int(getattr(fusion, "num_fusion", fusion))  # a Fusion in 2026.4, an int in 2026.2
 
 
 def card_device(card: int) -> torch.device:
-    """The torch device of whole card ``card`` (``/dev/rngd/npu<card>``), PEs fused."""
+    """The torch device of whole card ``card`` (``/dev/rngd/npu<card>``), PEs fused, its ops
+    compiled with ``COMPILER_SETTINGS``."""
     fuse_cards()
+    configure_compiler()
     fusion, _mesh, devices = _device_api(load()).get_device_configuration()
     per_card = PES_PER_CARD // _num_fusion(fusion)  # devices per card: 1 once fused
     index = card * per_card

@@ -23,25 +23,23 @@ Hardware-free, and built from the package's own tools as far as they go:
   compiler can take many minutes at one shape, or panic; past the limit the child is killed
   and the op reported "timed out after N s". Each op and shape compiles once per report.
 
-The graphs: the rotary cos/sin table (no gradient flows into it); the embedding; one decoder
-layer (every layer runs the same graph); the final norm, the head and the loss; one AdamW
-step over a flat buffer (what a card runs for its resident layers).
+The graphs (trainer/card_step.py): the rotary cos/sin table (no gradient flows into it);
+the embedding; one decoder layer (every layer runs the same graph); the final norm, the head
+and the loss; one AdamW step over a flat buffer (what a card runs for its resident layers).
 """
 
 from __future__ import annotations
 
 import collections
-import copy
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch.utils import _pytree as pytree
 
-from trainer import data, furiosa_modules, models
+from trainer import card_step
 from trainer.furiosa_torch import one_line
 from trainer.limits import in_child
 
@@ -307,11 +305,19 @@ def _on_host(node) -> bool:
 
 
 def _inside_function(node) -> bool:
-    """Whether a node ran inside an autograd Function's forward (autograd off there): an
-    input needs a gradient, its output does not. Its gradient is the Function's backward."""
-    inputs = [a for a in pytree.tree_leaves((node.args, node.kwargs))
-              if isinstance(a, torch.fx.Node)]
-    return not _wants_grad(node) and any(_wants_grad(a) for a in inputs)
+    """Whether a node ran inside an autograd Function's forward (autograd off there): its
+    output needs no gradient while an input does, or comes from such a node (the loss's
+    chunks: a slice of the logits, then its log_softmax, ...). Its gradient is the Function's
+    backward."""
+    if _wants_grad(node):
+        return False
+    inside = node.meta.get("_inside_function")
+    if inside is None:
+        inputs = [a for a in pytree.tree_leaves((node.args, node.kwargs))
+                  if isinstance(a, torch.fx.Node)]
+        inside = any(_wants_grad(a) or _inside_function(a) for a in inputs)
+        node.meta["_inside_function"] = inside
+    return inside
 
 
 def _wants_grad(node) -> bool:
@@ -335,97 +341,17 @@ def trace_graph(name: str, fn, inputs: tuple, probe: bool, own: set[str], caches
                              explicit))
 
 
-def explicit_backwards(module: torch.nn.Module, rows: int) -> tuple:
-    """(label, function, example inputs) of the backward of each ``MmLinear`` in ``module``,
-    for ``rows`` input rows: what the card runs for its gradient."""
-    return tuple(("MmLinear's own backward", furiosa_modules.mm_backward,
-                  (torch.randn(rows, m.out_features), torch.randn(rows, m.in_features),
-                   torch.randn(m.out_features, m.in_features)))
-                 for m in module.modules() if isinstance(m, furiosa_modules.MmLinear))
-
-
-@dataclass
-class StepPiece:
-    """One distinct graph of the training step as the card runs it: ``fn(*inputs)``."""
-
-    key: str  # rotary | embedding | layer | head | adamw
-    name: str
-    fn: Callable
-    inputs: tuple
-    grads: bool  # its ops need their gradients
-    part: str  # forward | optimizer
-    explicit: tuple = ()  # the trainer's own backwards it runs (explicit_backwards)
-
-
-def step_pieces(model_name: str, seq_len: int = 32) -> list[StepPiece]:
-    """The distinct graphs of one training step of ``model_name``, with the modules and the
-    loss the furiosa backend runs (trainer/furiosa_modules.py)."""
-    from transformers.masking_utils import create_causal_mask
-
-    spec = models.resolve(model_name)
-    model = furiosa_modules.for_card(
-        models.build(spec, None if spec.folder else data.SYNTHETIC_VOCAB, seed=0))
-    cfg, inner = model.config, model.model
-    vocab = min(cfg.vocab_size, data.SYNTHETIC_VOCAB)
-    ids, labels = data.synthetic(seq_len, vocab, 0, count=1)
-    pos = torch.arange(seq_len)[None, :]
-    h = torch.randn(1, seq_len, cfg.hidden_size)
-    rope = inner.rotary_emb(h, position_ids=pos)
-    mask = create_causal_mask(config=cfg, inputs_embeds=h,
-                              attention_mask=torch.ones_like(ids), cache=None,
-                              position_ids=pos)
-    layer = inner.layers[0]
-
-    def embedding(ids):
-        with torch.enable_grad():
-            return inner.embed_tokens(ids)
-
-    def decoder_layer(x):
-        with torch.enable_grad():  # the layer's input needs its gradient (the layer below's)
-            x = x.requires_grad_(True)
-            return layer(x, attention_mask=mask, position_ids=pos, position_embeddings=rope)
-
-    target, _ = furiosa_modules.host_targets(labels)  # the labels' bookkeeping: on the host
-
-    def head_and_loss(x):
-        with torch.enable_grad():
-            x = x.requires_grad_(True)
-            logits = model.lm_head(inner.norm(x))
-            return furiosa_modules.loss_from_targets(logits, target, cfg.vocab_size, seq_len)
-
-    def rotary(x):
-        return inner.rotary_emb(x, position_ids=pos)
-
-    flat = torch.nn.Parameter(torch.randn(4096))
-    flat.grad = torch.randn(4096)
-    opt = torch.optim.AdamW([flat], lr=1e-3, foreach=False)
-    opt.step()  # the state exists from the first step on: trace a later one
-
-    def adamw_step(p):
-        opt.step()
-        return (p,)
-
-    return [
-        StepPiece("rotary", "rotary cos/sin (once per micro-batch and card)", rotary,
-                  (h.clone(),), False, "forward"),
-        StepPiece("embedding", "embedding", embedding, (ids,), True, "forward"),
-        StepPiece("layer", "decoder layer (every layer)", decoder_layer, (h.clone(),), True,
-                  "forward", explicit_backwards(layer, seq_len)),
-        StepPiece("head", "norm, head and loss", head_and_loss, (h.clone(),), True, "forward",
-                  explicit_backwards(model.lm_head, seq_len)),
-        StepPiece("adamw", "AdamW step (a card's resident layers)", adamw_step,
-                  (copy.copy(flat),), False, "optimizer")]
-
-
 def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True,
-                limit_s: float = COMPILE_LIMIT_S) -> list[Graph]:
-    """The op rows of each distinct graph of one training step of ``model_name``; each
-    compile (``probe``) in a child process given at most ``limit_s`` seconds."""
-    pieces = step_pieces(model_name, seq_len)
-    if probe:  # compile for what the trainer runs on: a whole card, its 8 PEs fused
-        from trainer.furiosa_torch import fuse_cards
+                limit_s: float = COMPILE_LIMIT_S, lora: int = 0) -> list[Graph]:
+    """The op rows of each distinct graph of one training step of ``model_name`` (LoRA of rank
+    ``lora`` if not 0); each compile (``probe``) in a child process given at most ``limit_s``
+    seconds."""
+    pieces = card_step.step_pieces(model_name, seq_len, lora)
+    if probe:  # compile as the trainer does: for a whole card (8 PEs fused), its settings
+        from trainer.furiosa_torch import configure_compiler, fuse_cards
 
         fuse_cards()
+        configure_compiler()
         torch.set_num_threads(1)  # the children are forked: no OpenMP pool across a fork
     own = differentiated_by_package()
     caches = new_caches()
@@ -442,9 +368,11 @@ def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True,
 def render(model_name: str, graphs: list[Graph], version: str, probed: bool,
            unprobed_because: str | None = None, limit_s: float = COMPILE_LIMIT_S) -> str:
     """The report as Markdown: one table per graph, then the verdict."""
-    how = f"compile-probed, {limit_s:g} s a compile at most" if probed else (
-        "traced only, not compile-probed") + (
-        f": {unprobed_because}" if unprobed_because else "")
+    from trainer.furiosa_torch import settings_text
+
+    how = (f"compile-probed, {limit_s:g} s a compile at most, {settings_text()}" if probed
+           else "traced only, not compile-probed" + (
+               f": {unprobed_because}" if unprobed_because else ""))
     title = (f"Op report: one training step of {model_name} on furiosa-torch {version} "
              f"({how}, no card)")
     out = [title, ""]

@@ -44,10 +44,12 @@ def test_the_card_step_has_none_of_the_ops_2026_4_cannot_differentiate(tiny_llam
                            "aten::embedding_backward"}
     for graph in tiny_llama.values():
         for r in graph.rows:
-            # the only backward ops are MmLinear's own: plain mm (and its transposed view)
+            # the only backward ops are MmLinear's own (plain mm and its transposed view) and
+            # the loss's own (softmax against the one-hot rows of a chunk of tokens)
             if r.part == "backward":
                 assert (r.op, r.of) in {("aten::mm", "MmLinear's own backward"),
-                                        ("aten::t", "MmLinear's own backward")}, r
+                                        ("aten::t", "MmLinear's own backward")} or \
+                    r.of == "the loss's own backward", r
             assert r.grad in ("", "furiosa", "explicit", "view", "torch formula"), r
             if r.grad == "torch formula":  # only casts that are identities in fp32
                 assert r.op.startswith("aten::to."), (graph.name, r.op)
@@ -69,8 +71,13 @@ def test_gradients_are_the_packages_own_where_it_registers_them_else_torchs(tiny
     embed = tiny_llama["embedding"]
     assert rows(embed, "forward")["aten::index_select"].grad == "furiosa"
     head = rows(tiny_llama["norm, head and loss"], "forward")
-    assert head["aten::log_softmax.int"].grad == "furiosa"
-    assert head["aten::sum"].grad == "furiosa"  # of log-probabilities times one-hot rows
+    # the loss runs inside its own autograd Function, a chunk of tokens at a time: its
+    # gradient is the Function's backward, plain ops at the chunk's shapes
+    assert head["aten::log_softmax.int"].grad == "explicit"
+    assert head["aten::sum"].grad == "explicit"  # of log-probabilities times one-hot rows
+    backward = rows(tiny_llama["norm, head and loss"], "backward")
+    assert backward["aten::softmax.int"].of == "the loss's own backward"
+    assert {"aten::eq.Tensor", "aten::ge.Scalar", "aten::copy_"} <= set(backward)
 
 
 def test_ops_without_a_gradient_flowing_into_them_get_none(tiny_llama):
@@ -118,3 +125,53 @@ def test_a_probed_op_compiles_for_a_card_and_the_verdict_names_what_cannot():
     assert backward.status == "FAIL" and backward.why.startswith("UnsupportedOpError")
     assert graph.failing() == [backward]
 
+
+
+def test_the_lora_step_runs_the_adapters_products_as_mm_with_their_own_backward():
+    graphs = {g.name: g for g in ops.step_graphs("tiny-llama", seq_len=16, probe=False, lora=4)}
+    layer = graphs["decoder layer (every layer)"]
+    forward = rows(layer, "forward")
+    # the attention's two products stay matmul; the adapters' two products per projection
+    # are mm beside the frozen base's: 7 + 2 x 7
+    assert forward["aten::matmul"].count == 2
+    assert forward["aten::mm"].count == 21 and forward["aten::mm"].grad == "explicit"
+    backward = rows(layer, "backward")["aten::mm"]
+    assert backward.of == "MmLinear's own backward, the LoRA products' own backward"
+    # the frozen bases need only their input's gradient (7); the adapters both (2 x 2 x 7)
+    assert backward.count == 7 + 28
+
+
+def test_check_lora_is_for_the_op_report_only(python_in):
+    done = python_in("-m", "trainer", "check", "--backend", "cpu", "--lora", "4")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "--lora is for the op report: give --backend furiosa:N --ops")
+
+
+@needs_cross_compiler
+def test_every_op_of_the_chunked_loss_and_its_own_backward_compiles_for_a_card():
+    # The loss a chunk of tokens at a time (two chunks of 4 and one of 2 here), its backward
+    # written out: each op, forward and backward, compiles with the trainer's settings.
+    from trainer import furiosa_modules
+
+    furiosa_torch.fuse_cards()
+    furiosa_torch.configure_compiler()
+    logits = torch.randn(10, 16)
+    target = torch.tensor([3, -1, 0, 15, 7, 7, -1, 2, 9, 1])
+
+    def loss(x):
+        with torch.enable_grad():
+            return furiosa_modules.loss_from_targets(x.requires_grad_(True), target, 16, 8,
+                                                     chunk_rows=4)
+
+    def backward(x, target, scale):
+        return furiosa_modules.chunked_loss_backward(x, target, scale, 4)
+
+    graph = ops.trace_graph("loss", loss, (logits,), True, ops.differentiated_by_package(),
+                            ops.new_caches(),
+                            explicit=(("the loss's own backward", backward,
+                                       (logits, target, torch.tensor(0.125))),))
+    assert rows(graph, "forward")["aten::log_softmax.int"].grad == "explicit"
+    assert {"aten::softmax.int", "aten::copy_", "aten::sub.Tensor"} <= set(
+        rows(graph, "backward"))
+    assert graph.failing() == [], graph.failing()

@@ -26,6 +26,20 @@ def test_cards_are_fused_devices_and_card_n_is_device_n():
     assert furiosa_torch.card_device(0) == torch.device(devices[0])
 
 
+def test_a_cards_ops_compile_with_the_packages_hierarchical_tactic_population():
+    # furiosa-torch's documented compile-time switch: plain mm [32, 64] x [64, 64] compiled in
+    # 159 s with the package's defaults here, 13.7 s with it (docs/performance.md). The
+    # package's other settings stay as they were.
+    from furiosa.torch import config
+
+    before = config.get_compiler_config()
+    furiosa_torch.card_device(1)
+    after = config.get_compiler_config()
+    assert after.hierarchical_tactic_population is True
+    assert after.tactic_sorting_policy == before.tactic_sorting_policy
+    assert after.enable_tactic_pruning == before.enable_tactic_pruning
+
+
 def test_a_card_beyond_the_package_device_list_is_bad_input():
     with pytest.raises(UsageError, match=r"addresses cards 0\.\.7"):
         furiosa_torch.card_device(8)

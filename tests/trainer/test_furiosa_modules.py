@@ -70,6 +70,80 @@ def test_the_loss_without_num_items_is_the_mean_over_labelled_tokens():
     assert abs(float(got) - float(ref)) <= gamma(2 * SEQ + VOCAB) * abs(float(ref))
 
 
+@pytest.mark.parametrize("rows", [5, 64, 1000])  # uneven chunks, exactly one, fewer tokens
+def test_the_loss_in_chunks_of_tokens_gives_the_stock_loss_and_logit_gradients(rows):
+    torch.manual_seed(3)
+    logits = torch.randn(2, SEQ, VOCAB, requires_grad=True)
+    _, labels = batch(1)
+    items = int((labels[:, 1:] != -100).sum())
+    ref = models.build(models.resolve("tiny-llama"), VOCAB, seed=0).loss_function(
+        logits, labels, VOCAB, num_items_in_batch=items)
+    (ref_grad,) = torch.autograd.grad(ref * 0.5, logits)  # a scaled loss (accumulation)
+    target, _ = furiosa_modules.host_targets(labels)
+    got = furiosa_modules.loss_from_targets(logits, target, VOCAB, items, chunk_rows=rows)
+    (grad,) = torch.autograd.grad(got * 0.5, logits)
+    assert abs(got.item() - ref.item()) <= gamma(2 * SEQ + VOCAB) * abs(ref.item())
+    # one logit's gradient: softmax - one_hot over the vocabulary, scaled: a sum of VOCAB terms
+    torch.testing.assert_close(grad, ref_grad, rtol=0,
+                               atol=gamma(VOCAB) * float(ref_grad.abs().max()))
+    assert not grad[0, :4].any()  # tokens whose next token is unlabelled learn nothing
+
+
+def test_the_loss_keeps_no_one_hot_or_log_probabilities_for_its_backward():
+    # The card's memory: the old loss kept a logits-sized one-hot and a logits-sized table of
+    # log-probabilities until the backward; the chunked loss keeps the logits (which the
+    # engine holds anyway) and the targets, whatever the chunk size.
+    logits = torch.randn(4, SEQ, VOCAB, requires_grad=True)
+    _, labels = batch(2)
+    target, items = furiosa_modules.host_targets(torch.cat([labels, labels]))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(
+            lambda t: saved.append(t.untyped_storage().nbytes()) or t, lambda t: t):
+        loss = furiosa_modules.loss_from_targets(logits, target, VOCAB, items, chunk_rows=16)
+    assert sum(saved) <= logits.numel() * 4 + target.numel() * 8
+    loss.backward()
+    assert logits.grad.shape == logits.shape and logits.grad.dtype == logits.dtype
+
+
+def test_the_default_chunk_is_about_64_mb_of_fp32_at_llama_3_1s_vocabulary():
+    rows = furiosa_modules.loss_chunk_rows(128_256)
+    assert rows == 130 and rows * 128_256 * 4 <= 64 * 2**20
+    assert furiosa_modules.loss_chunk_rows(2**30) == 1  # never an empty chunk
+
+
+def test_lora_adapters_products_run_as_mm_with_the_stock_loss_and_gradients():
+    # The adapters' products (x A^T B^T) as mm with their gradient written out, not matmul,
+    # whose gradient build on the card is the package's linear one (the op report).
+    stock = models.build(models.resolve("tiny-llama"), VOCAB, seed=0)
+    models.add_lora(stock, 4)
+    with torch.no_grad():  # B starts at zero: give A's gradient something to carry
+        for m in stock.modules():
+            if isinstance(m, models.LoRALinear):
+                m.lora_b.normal_(0.0, 0.02, generator=torch.Generator().manual_seed(1))
+    card = furiosa_modules.for_card(copy.deepcopy(stock))
+    assert isinstance(card.model.layers[0].mlp.down_proj, furiosa_modules.MmLoRALinear)
+    assert isinstance(card.model.layers[0].mlp.down_proj.base, furiosa_modules.MmLinear)
+    assert not any(isinstance(m, models.LoRALinear) for m in card.modules())
+    ids, labels = batch(4)
+    items = int((labels[:, 1:] != -100).sum())
+    ref = stock.loss_function(stock(input_ids=ids).logits, labels, VOCAB,
+                              num_items_in_batch=items)
+    ref.backward()
+    got = furiosa_modules.causal_lm_loss(card(input_ids=ids).logits, labels, VOCAB,
+                                         num_items_in_batch=items)
+    got.backward()
+    tokens = ids.numel()
+    assert abs(got.item() - ref.item()) <= gamma(tokens + VOCAB) * abs(ref.item())
+    card_params = dict(card.named_parameters())
+    assert card_params.keys() == dict(stock.named_parameters()).keys()
+    trained = [(n, p) for n, p in stock.named_parameters() if p.requires_grad]
+    assert trained and all("lora_" in n for n, _ in trained)
+    path = tiny_path(tokens, SEQ)
+    for name, p in trained:
+        torch.testing.assert_close(card_params[name].grad, p.grad, rtol=0,
+                                   atol=gamma(path) * float(p.grad.abs().max()), msg=name)
+
+
 def test_the_card_model_has_no_linear_or_embedding_and_its_own_attention_config():
     stock, card = stock_and_card("tiny-qwen2")  # tied head: one weight for both swaps
     assert not any(type(m) in (nn.Linear, nn.Embedding) for m in card.modules())
