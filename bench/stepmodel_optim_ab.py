@@ -59,7 +59,7 @@ def main() -> int:
           "device_optim share |")
     print("| --- | --- | --- | --- | --- |")
     for config, pairs in rows.items():
-        def mean(i: int, phase: str) -> str:
+        def mean(i: int, phase: str, pairs=pairs) -> str:
             return f"{statistics.mean(p[i][phase] for p in pairs) * 100:+.2f} %"
 
         errors = ", ".join(f"{o['step'] * 100:+.2f} -> {n['step'] * 100:+.2f} %" for o, n in pairs)
