@@ -243,7 +243,7 @@ def chunked_loss_sum(logits: torch.Tensor, target: torch.Tensor, rows: int) -> t
 
 def chunked_loss_backward(logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor,
                           rows: int) -> torch.Tensor:
-    """The gradient of ``-scale * chunked_loss_sum`` with respect to the logits:
+    """The gradient of ``scale * chunked_loss_sum`` with respect to the logits:
     ``(softmax - one_hot) * scale`` on counted tokens, zero on the others, ``rows`` tokens at
     a time into one tensor of the logits' shape and dtype."""
     classes = torch.arange(logits.shape[-1], device=logits.device)
