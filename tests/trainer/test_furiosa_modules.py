@@ -128,6 +128,14 @@ def test_the_loss_compares_fp32_ids_and_sums_by_row_the_forms_2026_4_compiles_at
     assert abs(float(got) - float(expected)) <= gamma(8 + vocab) * abs(float(expected))
 
 
+def test_a_vocabulary_past_what_fp32_ids_hold_exactly_is_refused_in_one_line():
+    from trainer.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"exact up to 16,777,216 words; this vocabulary "
+                                         r"has 16,777,217"):
+        furiosa_modules.loss_from_targets(torch.zeros(1, 4), torch.zeros(1), 2**24 + 1, 1)
+
+
 def test_the_default_chunk_is_about_64_mb_of_fp32_at_llama_3_1s_vocabulary():
     rows = furiosa_modules.loss_chunk_rows(128_256)
     assert rows == 130 and rows * 128_256 * 4 <= 64 * 2**20
