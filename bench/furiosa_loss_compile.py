@@ -34,6 +34,7 @@ def main(argv: list[str]) -> int:
     logits = torch.randn(args.tokens, args.vocab)
     target = torch.randint(0, args.vocab, (args.tokens,))
     target[::7] = -1  # some tokens not counted
+    target = target.to(torch.float32)  # as host_targets hands them to the card
 
     def loss(x):
         with torch.enable_grad():

@@ -160,20 +160,25 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int,
 
 def host_targets(labels: torch.Tensor, ignore_index: int = -100,
                  shift_labels: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
-    """Each position's next token (-1 where none counts), flat, on the host, and how many
-    count. 2026.4 cannot compile ``pad`` of the int labels for a card (the op report), and
-    the labels come from the host anyway."""
+    """Each position's next token (-1 where none counts), flat, on the host, in fp32, and how
+    many count. 2026.4 cannot compile ``pad`` of the int labels for a card (the op report),
+    nor, at some shapes, a cast or an ``eq`` of int64 ids (bench/furiosa_loss_compile.py), and
+    the labels come from the host anyway: the card gets the ids as fp32, exact below 2^24."""
     if shift_labels is None:  # tokens < n predict n
         shift_labels = F.pad(labels.cpu(), (0, 1), value=ignore_index)[..., 1:]
     target = shift_labels.cpu().reshape(-1)
     target = torch.where(target == ignore_index, -1, target)
-    return target, int((target >= 0).sum())
+    return target.to(torch.float32), int((target >= 0).sum())
 
 
 #: Elements (tokens x vocabulary) of one chunk of the loss: its one-hot rows and its other
 #: temporaries are this size, not the logits' (64 MB a temporary in fp32; 130 tokens of
 #: Llama-3.1's 128,256 words).
 LOSS_CHUNK_ELEMENTS = 1 << 24
+
+
+#: Word ids travel to the card as fp32 (host_targets), which holds every integer up to 2^24.
+MAX_EXACT_ID = 1 << 24
 
 
 def loss_chunk_rows(vocab_size: int) -> int:
@@ -187,9 +192,13 @@ def loss_from_targets(logits: torch.Tensor, target: torch.Tensor, vocab_size: in
     """The summed cross-entropy over ``denominator``, as the card computes it, a chunk of
     tokens at a time (``ChunkedCrossEntropy``): no logits-sized one-hot, nor log-probabilities,
     is ever made or kept for the backward."""
+    if vocab_size > MAX_EXACT_ID:
+        raise UsageError(f"the furiosa backend's loss compares word ids in fp32, exact up to "
+                         f"{MAX_EXACT_ID:,} words; this vocabulary has {vocab_size:,}")
     rows = chunk_rows or loss_chunk_rows(vocab_size)
     return ChunkedCrossEntropy.apply(logits.reshape(-1, vocab_size),
-                                     target.to(logits.device), denominator, rows)
+                                     target.to(torch.float32).to(logits.device), denominator,
+                                     rows)
 
 
 class ChunkedCrossEntropy(torch.autograd.Function):
@@ -228,15 +237,18 @@ class ChunkedCrossEntropy(torch.autograd.Function):
 
 def chunked_loss_sum(logits: torch.Tensor, target: torch.Tensor, rows: int) -> torch.Tensor:
     """-sum of each counted token's log-probability of its target, ``rows`` tokens at a time:
-    ``log_softmax`` times the chunk's one-hot rows (none where the target is -1), summed.
-    2026.4's gradient build of ``index_select`` fails for a flat table, and
-    ``nll_loss_backward`` does not compile; no gradient is built here (``ChunkedCrossEntropy``)."""
-    classes = torch.arange(logits.shape[-1], device=logits.device)
+    ``log_softmax`` times the chunk's one-hot rows (none where the target is -1), summed by
+    row, then over the rows. 2026.4's gradient build of ``index_select`` fails for a flat
+    table, and ``nll_loss_backward`` does not compile; no gradient is built here
+    (``ChunkedCrossEntropy``). At Llama-3.1's vocabulary a chunk's sum straight to a scalar
+    does not compile, nor does ``eq`` of the int64 targets against the classes: by row, and in
+    fp32 (exact: word ids are below 2^24), both do (docs/design.md)."""
+    classes, targets = _one_hot_operands(logits, target)
     total = None
     for start in range(0, logits.shape[0], rows):
         logp = F.log_softmax(logits[start:start + rows].to(torch.float32), dim=-1)
-        one_hot = (target[start:start + rows].unsqueeze(-1) == classes).to(logp.dtype)
-        part = (logp * one_hot).sum()
+        one_hot = (targets[start:start + rows].unsqueeze(-1) == classes).to(logp.dtype)
+        part = (logp * one_hot).sum(dim=-1).sum()
         total = part if total is None else total + part
     return -total
 
@@ -246,15 +258,21 @@ def chunked_loss_backward(logits: torch.Tensor, target: torch.Tensor, scale: tor
     """The gradient of ``scale * chunked_loss_sum`` with respect to the logits:
     ``(softmax - one_hot) * scale`` on counted tokens, zero on the others, ``rows`` tokens at
     a time into one tensor of the logits' shape and dtype."""
-    classes = torch.arange(logits.shape[-1], device=logits.device)
+    classes, targets = _one_hot_operands(logits, target)
     out = torch.empty_like(logits)
     for start in range(0, logits.shape[0], rows):
         probs = F.softmax(logits[start:start + rows].to(torch.float32), dim=-1)
-        chunk = target[start:start + rows].unsqueeze(-1)
+        chunk = targets[start:start + rows].unsqueeze(-1)
         one_hot = (chunk == classes).to(probs.dtype)
         counted = (chunk >= 0).to(probs.dtype)
         out[start:start + rows].copy_((probs * counted - one_hot) * scale)
     return out
+
+
+def _one_hot_operands(logits: torch.Tensor, target: torch.Tensor):
+    """The word ids and the targets in fp32, what the one-hot rows compare (-1 matches none)."""
+    return (torch.arange(logits.shape[-1], device=logits.device, dtype=torch.float32),
+            target.to(torch.float32))
 
 
 def _is_attention(module: nn.Module) -> bool:

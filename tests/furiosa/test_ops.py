@@ -158,7 +158,7 @@ def test_every_op_of_the_chunked_loss_and_its_own_backward_compiles_for_a_card()
     furiosa_torch.fuse_cards()
     furiosa_torch.configure_compiler()
     logits = torch.randn(8, 16)
-    target = torch.tensor([3, -1, 0, 15, 7, 7, -1, 2])
+    target = torch.tensor([3.0, -1, 0, 15, 7, 7, -1, 2])  # fp32 ids, as host_targets gives
 
     def loss(x):
         with torch.enable_grad():

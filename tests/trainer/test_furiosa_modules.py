@@ -105,6 +105,37 @@ def test_the_loss_keeps_no_one_hot_or_log_probabilities_for_its_backward():
     assert logits.grad.shape == logits.shape and logits.grad.dtype == logits.dtype
 
 
+def test_the_loss_compares_fp32_ids_and_sums_by_row_the_forms_2026_4_compiles_at_128k_words():
+    # At Llama-3.1's vocabulary, furiosa-torch 2026.4.0 cannot compile a chunk's sum straight
+    # to a scalar, nor eq of int64 targets against the word ids (bench/furiosa_loss_compile.py,
+    # docs/design.md); by row, and in fp32, both compile. The graph the card runs has only those.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    vocab = 128_256
+    logits, target = torch.randn(8, vocab), torch.tensor([5, -1, 128_255, 0, 7, 7, 1, 2])
+    rows = furiosa_modules.loss_chunk_rows(vocab)
+    for fn in (lambda x, t: furiosa_modules.chunked_loss_sum(x, t, rows),
+               lambda x, t: furiosa_modules.chunked_loss_backward(x, t, torch.tensor(0.5), rows)):
+        graph = make_fx(fn)(logits, target).graph
+        calls = [n for n in graph.nodes if n.op == "call_function"]
+        eqs = [n for n in calls if n.target == torch.ops.aten.eq.Tensor]
+        assert eqs and all(a.meta["val"].dtype == torch.float32 for n in eqs for a in n.args)
+        for n in calls:
+            if n.target == torch.ops.aten.sum.default:  # to a scalar: only of row sums
+                assert n.args[0].meta["val"].dim() == 1, n
+    expected = -sum(torch.log_softmax(logits[i], -1)[t] for i, t in enumerate(target) if t >= 0)
+    got = furiosa_modules.chunked_loss_sum(logits, target, rows)
+    assert abs(float(got) - float(expected)) <= gamma(8 + vocab) * abs(float(expected))
+
+
+def test_a_vocabulary_past_what_fp32_ids_hold_exactly_is_refused_in_one_line():
+    from trainer.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"exact up to 16,777,216 words; this vocabulary "
+                                         r"has 16,777,217"):
+        furiosa_modules.loss_from_targets(torch.zeros(1, 4), torch.zeros(1), 2**24 + 1, 1)
+
+
 def test_the_default_chunk_is_about_64_mb_of_fp32_at_llama_3_1s_vocabulary():
     rows = furiosa_modules.loss_chunk_rows(128_256)
     assert rows == 130 and rows * 128_256 * 4 <= 64 * 2**20
