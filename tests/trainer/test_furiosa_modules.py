@@ -38,10 +38,8 @@ def stock_and_card(model_name: str):
     return stock, furiosa_modules.for_card(copy.deepcopy(stock))
 
 
-@pytest.mark.parametrize("model_name", ["tiny-llama", "tiny-qwen2"])
-def test_the_cards_modules_give_the_stock_loss_and_gradients(model_name):
-    stock, card = stock_and_card(model_name)
-    ids, labels = batch()
+def both_backward(stock, card, ids, labels):
+    """Both losses and their backward: the same loss within gamma(tokens + vocab), the same names."""
     items = int((labels[:, 1:] != -100).sum())
     ref = stock.loss_function(stock(input_ids=ids).logits, labels, VOCAB,
                               num_items_in_batch=items)
@@ -49,12 +47,17 @@ def test_the_cards_modules_give_the_stock_loss_and_gradients(model_name):
     got = furiosa_modules.causal_lm_loss(card(input_ids=ids).logits, labels, VOCAB,
                                          num_items_in_batch=items)
     got.backward()
+    assert abs(got.item() - ref.item()) <= gamma(ids.numel() + VOCAB) * abs(ref.item())
+    assert dict(card.named_parameters()).keys() == dict(stock.named_parameters()).keys()
 
-    tokens = ids.numel()
-    assert abs(got.item() - ref.item()) <= gamma(tokens + VOCAB) * abs(ref.item())
-    path = tiny_path(tokens, SEQ)
-    card_params = dict(card.named_parameters())  # the same names: masters and checkpoints
-    assert card_params.keys() == dict(stock.named_parameters()).keys()
+
+@pytest.mark.parametrize("model_name", ["tiny-llama", "tiny-qwen2"])
+def test_the_cards_modules_give_the_stock_loss_and_gradients(model_name):
+    stock, card = stock_and_card(model_name)
+    ids, labels = batch()
+    both_backward(stock, card, ids, labels)  # the same parameter names: masters, checkpoints
+    path = tiny_path(ids.numel(), SEQ)
+    card_params = dict(card.named_parameters())
     for name, p in stock.named_parameters():
         scale = float(p.grad.abs().max())
         torch.testing.assert_close(card_params[name].grad, p.grad, rtol=0,
@@ -156,20 +159,11 @@ def test_lora_adapters_products_run_as_mm_with_the_stock_loss_and_gradients():
     assert isinstance(card.model.layers[0].mlp.down_proj.base, furiosa_modules.MmLinear)
     assert not any(isinstance(m, models.LoRALinear) for m in card.modules())
     ids, labels = batch(4)
-    items = int((labels[:, 1:] != -100).sum())
-    ref = stock.loss_function(stock(input_ids=ids).logits, labels, VOCAB,
-                              num_items_in_batch=items)
-    ref.backward()
-    got = furiosa_modules.causal_lm_loss(card(input_ids=ids).logits, labels, VOCAB,
-                                         num_items_in_batch=items)
-    got.backward()
-    tokens = ids.numel()
-    assert abs(got.item() - ref.item()) <= gamma(tokens + VOCAB) * abs(ref.item())
+    both_backward(stock, card, ids, labels)
     card_params = dict(card.named_parameters())
-    assert card_params.keys() == dict(stock.named_parameters()).keys()
     trained = [(n, p) for n, p in stock.named_parameters() if p.requires_grad]
     assert trained and all("lora_" in n for n, _ in trained)
-    path = tiny_path(tokens, SEQ)
+    path = tiny_path(ids.numel(), SEQ)
     for name, p in trained:
         torch.testing.assert_close(card_params[name].grad, p.grad, rtol=0,
                                    atol=gamma(path) * float(p.grad.abs().max()), msg=name)
