@@ -312,14 +312,20 @@ def sqlite_work(store: Store, read) -> int:
     return count[0]
 
 
+def ingested(store: Store, steps: list[records.Step]) -> int:
+    """A new run with ``steps`` ingested in batches of 500, as a running run is."""
+    run = store.add_run({"cards": 1})
+    for i in range(0, len(steps), 500):
+        store.add_steps(run, steps[i:i + 500])
+    return run
+
+
 def test_a_running_pass_costs_sqlite_the_same_work_at_any_length(store):
     rng = random.Random(11)
     costs = {}
     for n in (2_000, 40_000):
-        run = store.add_run({"cards": 1})
         steps = [dataclasses.replace(s, loss=1.0) for s in random_steps(rng, records.MAIN, n)]
-        for i in range(0, n, 500):  # a running run: ingest in batches, never sealed
-            store.add_steps(run, steps[i:i + 500])
+        run = ingested(store, steps)  # never sealed
         costs[n] = sqlite_work(store, lambda r=run: (stats.pass_stats(store, r, records.MAIN),
                                                      stats.steady_medians(store, r, records.MAIN)))
     # The order statistics walked from the start: half the pass per median, 20x the work.
@@ -330,10 +336,8 @@ def test_a_batch_of_steps_costs_sqlite_the_same_work_at_any_length_of_its_pass(s
     rng = random.Random(12)
     costs = {}
     for n in (2_000, 40_000):
-        run = store.add_run({"cards": 1})
         steps = random_steps(rng, records.MAIN, n + 500)
-        for i in range(0, n, 500):  # a running run: ingest in batches
-            store.add_steps(run, steps[i:i + 500])
+        run = ingested(store, steps[:n])
         costs[n] = sqlite_work(store, lambda r=run, new=steps[n:]: store.add_steps(r, new))
     # The markers' count of the new rows found them through the pass's step index: a
     # walk of every steady step of the pass each batch, 20x the work at 40,000.
@@ -347,10 +351,8 @@ def test_the_quartiles_the_host_notice_weighs_cost_sqlite_the_same_work_at_any_l
     rng = random.Random(12)
     costs = {}
     for n in (2_000, 40_000):
-        run = store.add_run({"cards": 1})
         steps = [dataclasses.replace(s, loss=1.0) for s in random_steps(rng, records.MAIN, n)]
-        for i in range(0, n, 500):
-            store.add_steps(run, steps[i:i + 500])
+        run = ingested(store, steps)
         stats.seal(store, run)  # as a finished run is read
         costs[n] = sqlite_work(store, lambda r=run: [
             stats.pass_stats(store, r, records.MAIN).phase_iqr(p) for p in WATCHED])
