@@ -14,7 +14,8 @@ Configs: cards {1, 2} x resident per card {0, 1, half, all} of a card's block
 configs; llama-3.1-8b-mini: 8). Modes:
 
 - ``--interleave 0``: baseline, then the config (``submit --interleave 0``);
-  ``--interleave 5``: the passes alternate in blocks of 5 (the cpu default).
+  ``--interleave 2``: the passes alternate in blocks of 2 (the cpu default,
+  ``runspec.INTERLEAVE_BLOCK``).
 - ``--hog``: start ``--hog-procs`` busy-looping processes once the run has
   done half of its timed steps (baseline's and config's together), and stop
   them when the run ends. One after the other, that is the moment the
@@ -31,7 +32,7 @@ Targets (issue 11), printed as PASS/MISS per row:
   notice is not (the user is told the run cannot check the model closer).
 
     .venv/bin/python bench/stepmodel_user.py --samples 5                 # quiet host, default mode
-    .venv/bin/python bench/stepmodel_user.py --samples 5 --hog --interleave 0,5
+    .venv/bin/python bench/stepmodel_user.py --samples 5 --hog --interleave 0,2
     .venv/bin/python bench/stepmodel_user.py --models llama-3.1-8b-mini --configs 1x8,2x4 \
         --samples 3 --hog --keep runs/   # some configs; keep each run's store and step log
 
@@ -56,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from daemon.home import Home
+from daemon.runspec import INTERLEAVE_BLOCK
 from daemon.launchers.local import STEP_LOG
 from daemon.stepmodel import blocks
 
@@ -274,7 +276,8 @@ def main() -> int:
     ap.add_argument("--configs", default=None,
                     help="only these CARDSxRESIDENT configs, e.g. 1x0,2x2 (default: all)")
     ap.add_argument("--samples", type=int, default=5, help="runs per config and mode")
-    ap.add_argument("--interleave", default="5", help="comma list of block sizes (0: off)")
+    ap.add_argument("--interleave", default=str(INTERLEAVE_BLOCK),
+                    help="comma list of block sizes (0: off)")
     ap.add_argument("--hog", action="store_true", help="start a CPU hog halfway through each run")
     ap.add_argument("--hog-procs", type=int, default=2 * (os.cpu_count() or 2))
     ap.add_argument("--steps", type=int, default=40, help="steps of each pass")

@@ -36,7 +36,12 @@ DEFAULTS = {
 }
 
 #: Steps per block when the baseline and the asked config alternate (``--interleave``).
-INTERLEAVE_BLOCK = 5
+#: Short blocks, because host noise comes in bursts several steps long: a burst
+#: that fills one pass's block of 5 moves that pass's median alone, one that
+#: spans blocks of 2 lands on both passes. Not 1: the step after a switch runs
+#: a few percent slow, and in blocks of 1 the pairs do not cancel it
+#: (docs/design.md "Timing the two passes" has the measurements).
+INTERLEAVE_BLOCK = 2
 
 _BACKEND = re.compile(r"^(cpu|cuda(:\d+)?|furiosa:(auto|\d+))$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

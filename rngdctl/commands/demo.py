@@ -12,15 +12,17 @@ from pathlib import Path
 
 import click
 
+from daemon.runspec import INTERLEAVE_BLOCK
+
 #: The demo's run. Chosen so that the step model's error it prints is one a
 #: new user can believe on a busy laptop (README "The demo's model error"): a
-#: 40-step baseline interleaved with the config in blocks of 5 (the cpu
+#: 40-step baseline interleaved with the config in blocks of 2 (the cpu
 #: default), after the trainer's untimed settling steps, so the medians are
 #: over 35 steps of each pass that shared the host's load.
 DEMO_BASELINE_STEPS = 40
 DEMO_RUN = {
     "cards": 1, "resident": 2, "steps": 60, "baseline": True,
-    "baseline_steps": DEMO_BASELINE_STEPS, "interleave": 5,
+    "baseline_steps": DEMO_BASELINE_STEPS, "interleave": INTERLEAVE_BLOCK,
     "model": "tiny-llama", "data": "synthetic", "seq_len": 64, "accum": 2, "lr": 1e-3,
     "seed": 0, "backend": "cpu", "name": "demo",
 }

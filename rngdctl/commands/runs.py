@@ -50,7 +50,7 @@ class CardsParam(click.ParamType):
 @click.option("--baseline-steps", type=int, help="Steps of the baseline pass.")
 @click.option("--interleave", type=int,
               help="With --baseline: alternate baseline and config in blocks of this many "
-                   "steps, so host drift hits both (0: one after the other; default 5 on cpu, "
+                   "steps, so host drift hits both (0: one after the other; default 2 on cpu, "
                    "0 on cards).")
 @click.option("--model", help="tiny-llama, tiny-qwen2, llama-3.1-8b-mini, or a model folder.")
 @click.option("--data", help="synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file.")
