@@ -57,8 +57,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from daemon.home import Home
-from daemon.runspec import INTERLEAVE_BLOCK
 from daemon.launchers.local import STEP_LOG
+from daemon.runspec import INTERLEAVE_BLOCK
 from daemon.stepmodel import blocks
 
 RNGDCTL = [sys.executable, "-m", "rngdctl"]
