@@ -57,6 +57,10 @@ def paired(baseline_steps: list[dict], main_steps: list[dict], block: int,
     the steps no longer carry a host change that the pairs take out; the
     plain quartiles of a pass a hog split in two do, and no move of the
     compute would ever be beyond them.
+    Each pass's standard error is scaled back up by what the division took
+    out of its steps' own spread (``_kept_variance``): a quarter of the
+    variance in blocks of 2, where a step is one of the four its level is
+    made of.
 
     A block's first step is left out of the pair (blocks of 3 or more): the
     first step after a switch between the passes runs on caches the other
@@ -91,7 +95,7 @@ def paired(baseline_steps: list[dict], main_steps: list[dict], block: int,
     got = {k: [measured(s) for s in main[k] if timed(s)] for k in pairs}
     out, spreads = {}, {}
     for key in ("step_s", *SPLIT[:-1]):
-        on_base, on_main = [], []
+        on_base, on_main, kept_base, kept_main = [], [], [], []
         for k in pairs:
             b = [float(e[key]) for e in expect[k] if e.get(key) is not None]
             m = [float(g[key]) for g in got[k] if g.get(key) is not None]
@@ -99,14 +103,31 @@ def paired(baseline_steps: list[dict], main_steps: list[dict], block: int,
             if level > 0:
                 on_base += [v / level for v in b]
                 on_main += [v / level for v in m]
+                kept_base += [_kept_variance(len(b), len(m))] * len(b)
+                kept_main += [_kept_variance(len(m), len(b))] * len(m)
         if on_base and statistics.median(on_base) > 0:
             mid_main, mid_base = statistics.median(on_main), statistics.median(on_base)
             out[key] = mid_main / mid_base * _anchor(key, prediction,
                                                      [s for k in pairs for s in base[k]])
             spreads[key] = 2 * math.hypot(
-                median_se(stats.quartiles(on_main), mid_main, len(on_main)),
-                median_se(stats.quartiles(on_base), mid_base, len(on_base)))
+                median_se(stats.quartiles(on_main), mid_main, len(on_main))
+                / math.sqrt(statistics.fmean(kept_main)),
+                median_se(stats.quartiles(on_base), mid_base, len(on_base))
+                / math.sqrt(statistics.fmean(kept_base)))
     return out, spreads
+
+
+def _kept_variance(own: int, other: int) -> float:
+    """The share of a step's own variance left once divided by its pair's level.
+
+    The level is made of the pair's steps, this one among them, so dividing
+    by it takes part of the step's own deviation out with the host's: for a
+    level that is the mean (in logs) of the two passes' means, a step of a
+    pass with ``own`` steps in the pair, the other pass ``other``, keeps
+    1 - 3 / (4 own) + 1 / (4 other) of its variance; 3/4 in blocks of 2.
+    The passes' divided steps would understate their spread by that much.
+    """
+    return 1 - 3 / (4 * own) + 1 / (4 * other)
 
 
 def _anchor(key: str, prediction: Prediction | None, base: list[dict]) -> float:

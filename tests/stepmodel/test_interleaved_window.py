@@ -90,10 +90,10 @@ def test_a_host_that_slows_down_mid_run_hits_both_interleaved_passes_alike(
 def test_the_step_after_a_switch_between_the_passes_does_not_bias_the_comparison(
         store, recorded_run, block):
     # The first step after the other pass's block runs on caches the other model
-    # filled. In mirrored pairs every baseline block starts with a switch, but
-    # only every other config block does (B A A B: the second A follows an A), so
-    # blocks of 3 or more leave each block's first step out. In blocks of 2 every
-    # stretch of either pass (two blocks) starts with a switch: the same share.
+    # filled. In mirrored pairs (A B B A A B ...) which pass's block opens with a
+    # switch alternates from pair to pair, so blocks of 3 or more leave each
+    # block's first step out. In blocks of 2 every stretch of either pass (two
+    # blocks) opens with a switch: the same share of both, and every step kept.
     from trainer.train import interleaved_order
 
     def run(switch_cost: float) -> stepmodel.Comparison:
@@ -279,3 +279,31 @@ def test_the_default_blocks_keep_bursts_of_host_noise_within_the_quiet_target():
     assert max(map(abs, default)) <= 0.03  # the quiet host's worst-case target, every run
     assert statistics.pstdev(default) < 0.5 * statistics.pstdev(fives)
     assert sum(abs(e) > 0.03 for e in fives) > 0  # where blocks of 5 missed it
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_the_paired_spread_is_how_far_the_passes_fall_apart_by_chance(block):
+    # The spread is twice the standard error of the paired ratio: over many runs of
+    # the same work it should be twice the errors' own standard deviation. Dividing
+    # each step by a level made of its own pair's steps narrows what the divided
+    # steps show (a quarter of the variance in blocks of 2); the spread puts it back.
+    import random
+    import statistics
+
+    rng, errors, spreads = random.Random(3), [], []
+    for _ in range(300):
+        passes: list[list[dict]] = [[], []]
+        for which in interleaved_order_of(block):
+            passes[which].append({"step": len(passes[which]) + 1, "phases": {},
+                                  "step_s": 1 + rng.gauss(0, 0.05)})
+        paired, spread = stepmodel.paired(*passes, block)
+        base = statistics.median(s["step_s"] for s in passes[0] if s["step"] > 5)
+        errors.append(paired["step_s"] / base - 1)
+        spreads.append(spread["step_s"])
+    assert statistics.fmean(spreads) == pytest.approx(2 * statistics.pstdev(errors), rel=0.1)
+
+
+def interleaved_order_of(block: int) -> list[int]:
+    from trainer.train import interleaved_order
+
+    return interleaved_order([40, 40], block)
