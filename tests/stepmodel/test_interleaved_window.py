@@ -243,7 +243,7 @@ def test_compute_that_moved_under_a_mid_run_hog_says_the_host_changed(store, rec
 def bursty(rng, block: int, *, ratio: float, steps: int = 40, noise: float = 0.02,
            bursts: int = 2, length: int = 8, slow: float = 1.2) -> list[list[dict]]:
     """A baseline and a config ``ratio`` times its step, in ``interleaved_order``, on a host
-    whose noise comes in bursts: every step wanders by ``noise`` (Gaussian), and ``bursts``
+    whose noise may come in bursts: every step wanders by ``noise`` (Gaussian), and ``bursts``
     stretches of ``length`` consecutive steps, each starting anywhere past the first
     steps, run ``slow`` times as long (what the quiet host's step series show: 8 ms
     steps at 10 to 17 ms for a few steps, then back)."""
@@ -292,18 +292,10 @@ def test_the_paired_spread_is_how_far_the_passes_fall_apart_by_chance(block):
 
     rng, errors, spreads = random.Random(3), [], []
     for _ in range(300):
-        passes: list[list[dict]] = [[], []]
-        for which in interleaved_order_of(block):
-            passes[which].append({"step": len(passes[which]) + 1, "phases": {},
-                                  "step_s": 1 + rng.gauss(0, 0.05)})
+        passes = bursty(rng, block, ratio=1.0, noise=0.05, bursts=0)
         paired, spread = stepmodel.paired(*passes, block)
         base = statistics.median(s["step_s"] for s in passes[0] if s["step"] > 5)
         errors.append(paired["step_s"] / base - 1)
         spreads.append(spread["step_s"])
     assert statistics.fmean(spreads) == pytest.approx(2 * statistics.pstdev(errors), rel=0.1)
 
-
-def interleaved_order_of(block: int) -> list[int]:
-    from trainer.train import interleaved_order
-
-    return interleaved_order([40, 40], block)
