@@ -57,6 +57,11 @@ def paired(baseline_steps: list[dict], main_steps: list[dict], block: int,
     the steps no longer carry a host change that the pairs take out; the
     plain quartiles of a pass a hog split in two do, and no move of the
     compute would ever be beyond them.
+    The medians and quartiles are weighted: each pair counts by how calm the
+    host was around it (``_pair_weights``), so that a hog that joined part-way
+    through costs the pairs it hit, not the run; on a host as calm (or as
+    busy) throughout every pair counts in full. The number of steps behind a
+    standard error is then the number of equal steps the weights are worth.
     Each pass's standard error is scaled back up by what the division took
     out of its steps' own spread (``_kept_variance``): a quarter of the
     variance in blocks of 2, where a step is one of the four its level is
@@ -95,26 +100,95 @@ def paired(baseline_steps: list[dict], main_steps: list[dict], block: int,
     got = {k: [measured(s) for s in main[k] if timed(s)] for k in pairs}
     out, spreads = {}, {}
     for key in ("step_s", *SPLIT[:-1]):
-        on_base, on_main, kept_base, kept_main = [], [], [], []
+        divided = []  # per pair: the baseline's steps and the main's, over the pair's level
         for k in pairs:
             b = [float(e[key]) for e in expect[k] if e.get(key) is not None]
             m = [float(g[key]) for g in got[k] if g.get(key) is not None]
             level = math.sqrt(statistics.median(b) * statistics.median(m)) if b and m else 0.0
             if level > 0:
-                on_base += [v / level for v in b]
-                on_main += [v / level for v in m]
-                kept_base += [_kept_variance(len(b), len(m))] * len(b)
-                kept_main += [_kept_variance(len(m), len(b))] * len(m)
-        if on_base and statistics.median(on_base) > 0:
-            mid_main, mid_base = statistics.median(on_main), statistics.median(on_base)
+                divided.append(([v / level for v in b], [v / level for v in m]))
+        if not divided:
+            continue
+        weights = _pair_weights(divided, block)
+        on_base = [(v, w, _kept_variance(len(b), len(m)))
+                   for (b, m), w in zip(divided, weights) for v in b]
+        on_main = [(v, w, _kept_variance(len(m), len(b)))
+                   for (b, m), w in zip(divided, weights) for v in m]
+        mid_main, mid_base = _weighted_quantile(on_main, 0.5), _weighted_quantile(on_base, 0.5)
+        if mid_base > 0:
             out[key] = mid_main / mid_base * _anchor(key, prediction,
                                                      [s for k in pairs for s in base[k]])
-            spreads[key] = 2 * math.hypot(
-                median_se(stats.quartiles(on_main), mid_main, len(on_main))
-                / math.sqrt(statistics.fmean(kept_main)),
-                median_se(stats.quartiles(on_base), mid_base, len(on_base))
-                / math.sqrt(statistics.fmean(kept_base)))
+            spreads[key] = 2 * math.hypot(_median_se(on_main, mid_main),
+                                          _median_se(on_base, mid_base))
     return out, spreads
+
+
+#: Steps either side of a pair that say how noisy the host was around it.
+STEPS_NEAR = 10
+#: A pair counts in full unless the steps around it spread this many times as far
+#: as in the calmest quarter of the run (a host's noise, measured from ~20 steps,
+#: wanders by about a quarter between stretches of the same quiet host).
+CALM_MARGIN = 1.5
+
+
+def _pair_weights(divided: list[tuple[list[float], list[float]]], block: int) -> list[float]:
+    """How much each block pair counts: less where the host was noisier than at its calmest.
+
+    A hog that joins halfway makes the later steps wander by tens of percent (a
+    tiny-llama step of 8 ms took 16, 20, 24 or 28 ms as the scheduler let it),
+    against a few percent before: pooled in full, those steps make half the
+    ratio's noise. Each pair's noise is the median distance (relative) of the
+    steps of the pairs within ``STEPS_NEAR`` steps either side from their
+    pass's median; a pair whose noise is past ``CALM_MARGIN`` times the calmest
+    quarter's counts by the inverse square of the excess (a weighted mean's
+    weight for a noisier value). A run as noisy throughout (a hog from the
+    start, or a quiet host) keeps every pair in full: the same median as before.
+    """
+    mid_b = statistics.median(v for b, _ in divided for v in b)
+    mid_m = statistics.median(v for _, m in divided for v in m)
+    spread = [[_off(v, mid_b) for v in b] + [_off(v, mid_m) for v in m] for b, m in divided]
+    reach = max(1, round(STEPS_NEAR / (2 * block)))
+    noise = [statistics.median(d for near in spread[max(0, j - reach): j + reach + 1]
+                               for d in near)
+             for j in range(len(divided))]
+    calm = CALM_MARGIN * (statistics.quantiles(noise, n=4, method="inclusive")[0]
+                          if len(noise) > 1 else noise[0])
+    if calm <= 0:  # a phase the clock cannot tell apart step by step: nothing to weigh by
+        return [1.0] * len(noise)
+    return [1.0 if n <= calm else (calm / n) ** 2 for n in noise]
+
+
+def _off(value: float, middle: float) -> float:
+    """How far a step is from its pass's median, as a share of it (0 with no median)."""
+    return abs(value / middle - 1) if middle > 0 else 0.0
+
+
+def _weighted_quantile(values: list[tuple[float, float, float]], q: float) -> float:
+    """The ``q`` quantile of (value, weight, _) each counting its weight: a value sits at
+    the middle of its weight along the sorted line, and between two the quantile is
+    interpolated (with equal weights the median is ``statistics.median``'s)."""
+    ranked = sorted((v, w) for v, w, _ in values if w > 0)
+    at, below = q * sum(w for _, w in ranked), 0.0
+    prev = None
+    for v, w in ranked:
+        here = below + w / 2
+        if here >= at:
+            if prev is None:
+                return v
+            return prev[0] + (v - prev[0]) * (at - prev[1]) / (here - prev[1])
+        prev, below = (v, here), below + w
+    return ranked[-1][0]
+
+
+def _median_se(values: list[tuple[float, float, float]], median: float) -> float:
+    """``median_se`` of weighted divided steps: their weighted quartiles, the number of
+    equally weighted steps that would say as much (Kish's), and what the division by
+    each pair's level took out of their own spread (``_kept_variance``), put back."""
+    weights = [w for _, w, _ in values]
+    n = sum(weights) ** 2 / sum(w * w for w in weights)
+    kept = sum(w * k for _, w, k in values) / sum(weights)
+    quartiles = (_weighted_quantile(values, 0.25), _weighted_quantile(values, 0.75))
+    return median_se(quartiles, median, max(1, round(n))) / math.sqrt(kept)
 
 
 def _kept_variance(own: int, other: int) -> float:
