@@ -1,0 +1,81 @@
+"""Kept runs re-read with the step model as it stands: what ``show`` would print for them now.
+
+Reads the homes that ``bench/stepmodel_user.py --keep DIR`` left (one per
+sample, named ``MODEL-CxR-iB-...``) and computes each run's comparison again
+(``stepmodel.for_run``), so that a change to the model or the pairing is
+measured on the same recorded steps as the code before it: check out the
+other commit and run the same command. Per row (model, config, block): the
+samples, median and worst |error|, how many are past 3 % and 5 %, and how
+many past 3 % carry neither the host-changed nor the busy-host notice
+(silent). Per block, over every row of every DIR: the rms error and the
+same counts.
+
+    .venv/bin/python bench/stepmodel_reread.py runs/           # kept homes
+    .venv/bin/python bench/stepmodel_reread.py runs/ --rows    # and each row
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from daemon import stepmodel
+from daemon.store import Store
+
+KEPT = re.compile(r"^(?P<row>.+-\d+x\d+)-i(?P<block>\d+)-rngd-bench-")
+
+
+def reread(home: Path) -> tuple[float, bool] | None:
+    """The run's error and whether ``show`` gives a notice beside it; None without a model."""
+    c = stepmodel.for_run(Store(home / "rngdctl.db"), 1)
+    if c is None or c.error is None:
+        return None
+    return c.error, bool(c.host_notice() or c.busy_notice())
+
+
+def counts(samples: list[tuple[float, bool]]) -> str:
+    errors = [abs(e) for e, _ in samples]
+    silent = sum(abs(e) > 0.03 and not told for e, told in samples)
+    rms = math.sqrt(statistics.fmean(e * e for e in errors))
+    return (f"n {len(errors):3d}  rms {rms * 100:4.2f} %"
+            f"  median {statistics.median(errors) * 100:4.1f}  worst {max(errors) * 100:4.1f} %"
+            f"  past 3 % {sum(e > 0.03 for e in errors):2d}"
+            f"  past 5 % {sum(e > 0.05 for e in errors):2d}"
+            f"  silent {silent}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dirs", nargs="+", type=Path, help="directories of kept homes")
+    ap.add_argument("--rows", action="store_true", help="print each row too")
+    args = ap.parse_args()
+    rows: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
+    for d in args.dirs:
+        for home in sorted(p for p in d.iterdir() if (p / "rngdctl.db").exists()):
+            m = KEPT.match(home.name)
+            sample = reread(home) if m else None
+            if sample is not None:
+                rows[m["block"], m["row"]].append(sample)
+    if not rows:
+        print("no kept runs with a step model under " + ", ".join(map(str, args.dirs)),
+              file=sys.stderr)
+        return 2
+    if args.rows:
+        for (block, row), samples in sorted(rows.items()):
+            print(f"{row:26s} blocks {block}  {counts(samples)}")
+    for block in sorted({b for b, _ in rows}, key=int):
+        every = [s for (b, _), samples in rows.items() if b == block for s in samples]
+        mode = "one after the other" if block == "0" else f"interleaved, blocks of {block}"
+        print(f"{mode}: {counts(every)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
