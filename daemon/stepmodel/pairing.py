@@ -142,7 +142,8 @@ def _pair_weights(divided: list[tuple[list[float], list[float]]], block: int) ->
     pass's median; a pair whose noise is past ``CALM_MARGIN`` times the calmest
     quarter's counts by the inverse square of the excess (a weighted mean's
     weight for a noisier value). A run as noisy throughout (a hog from the
-    start, or a quiet host) keeps every pair in full: the same median as before.
+    start, or a quiet host) keeps nearly every pair in full: on seeded quiet
+    runs the error's spread is 2 % wider than with no weights at all.
     """
     mid_b = statistics.median(v for b, _ in divided for v in b)
     mid_m = statistics.median(v for _, m in divided for v in m)
