@@ -154,7 +154,6 @@ def test_the_note_says_which_window_the_model_used(store, recorded_run):
                for line in report.model_notes)
 
 
-
 #: An all-resident config on the cpu backend, in the model's form: its device
 #: optimizer per resident layer costs what the host optimizer costs per offloaded
 #: layer (so the model's estimate of it is right on a steady host); the optimizer
@@ -240,22 +239,29 @@ def test_compute_that_moved_under_a_mid_run_hog_says_the_host_changed(store, rec
     assert moved.error_of_rest == pytest.approx(steady.error, abs=0.01)
 
 
-def bursty(rng, block: int, *, ratio: float, steps: int = 40, noise: float = 0.02,
-           bursts: int = 2, length: int = 8, slow: float = 1.2) -> list[list[dict]]:
-    """A baseline and a config ``ratio`` times its step, in ``interleaved_order``, on a host
-    whose noise may come in bursts: every step wanders by ``noise`` (Gaussian), and ``bursts``
-    stretches of ``length`` consecutive steps, each starting anywhere past the first
-    steps, run ``slow`` times as long (what the quiet host's step series show: 8 ms
-    steps at 10 to 17 ms for a few steps, then back)."""
+def dealt(rng, block: int, *, ratio: float, slow_at, steps: int = 40,
+          noise: float = 0.02) -> list[list[dict]]:
+    """A baseline and a config ``ratio`` times its step, dealt out in ``interleaved_order``:
+    every step wanders by ``noise`` (Gaussian) and takes ``slow_at(position)`` times as
+    long at its run position (the host's share of the noise)."""
     from trainer.train import interleaved_order
 
-    starts = [rng.randrange(10, 2 * steps - length) for _ in range(bursts)]
     out: list[list[dict]] = [[], []]
     for position, which in enumerate(interleaved_order([steps, steps], block)):
-        burst = any(s <= position < s + length for s in starts)
-        step_s = (ratio if which else 1.0) * (slow if burst else 1.0) * (1 + rng.gauss(0, noise))
+        step_s = (ratio if which else 1.0) * (1 + rng.gauss(0, noise)) * slow_at(position)
         out[which].append({"step": len(out[which]) + 1, "step_s": step_s, "phases": {}})
     return out
+
+
+def bursty(rng, block: int, *, ratio: float, steps: int = 40, noise: float = 0.02,
+           bursts: int = 2, length: int = 8, slow: float = 1.2) -> list[list[dict]]:
+    """``dealt`` on a host whose noise may come in bursts: ``bursts`` stretches of
+    ``length`` consecutive steps, each starting anywhere past the first steps, run
+    ``slow`` times as long (what the quiet host's step series show: 8 ms steps at 10 to
+    17 ms for a few steps, then back)."""
+    starts = [rng.randrange(10, 2 * steps - length) for _ in range(bursts)]
+    return dealt(rng, block, ratio=ratio, steps=steps, noise=noise,
+                 slow_at=lambda p: slow if any(s <= p < s + length for s in starts) else 1.0)
 
 
 def test_the_default_blocks_keep_bursts_of_host_noise_within_the_quiet_target():
@@ -300,29 +306,21 @@ def test_the_paired_spread_is_how_far_the_passes_fall_apart_by_chance(block):
     assert statistics.fmean(spreads) == pytest.approx(2 * statistics.pstdev(errors), rel=0.1)
 
 
-
-def scheduled(rng, block: int, *, ratio: float, hog_from: int, steps: int = 40,
-              noise: float = 0.03) -> list[list[dict]]:
-    """A baseline and a config ``ratio`` times its step, in ``interleaved_order``, on a host
-    a hog joins at run position ``hog_from``: from there each step takes 2, 2.5, 3 or 3.5
-    times its work, drawn step by step (the share of a core the scheduler gave a tiny-llama
-    step among busy loops: 8 ms of work took 16, 20, 24 or 28 ms)."""
-    from trainer.train import interleaved_order
-
-    out: list[list[dict]] = [[], []]
-    for position, which in enumerate(interleaved_order([steps, steps], block)):
-        step_s = (ratio if which else 1.0) * (1 + rng.gauss(0, noise))
-        if position >= hog_from:
-            step_s *= rng.choice((2.0, 2.5, 3.0, 3.5))
-        out[which].append({"step": len(out[which]) + 1, "step_s": step_s, "phases": {}})
-    return out
+def scheduled(rng, block: int, *, ratio: float, hog_from: int) -> list[list[dict]]:
+    """``dealt`` with 3 % noise on a host a hog joins at run position ``hog_from``: from
+    there each step takes 2, 2.5, 3 or 3.5 times its work, drawn step by step (the share
+    of a core the scheduler gave a tiny-llama step among busy loops: 8 ms of work took
+    16, 20, 24 or 28 ms)."""
+    return dealt(rng, block, ratio=ratio, noise=0.03,
+                 slow_at=lambda p: rng.choice((2.0, 2.5, 3.0, 3.5)) if p >= hog_from else 1.0)
 
 
 def test_a_hog_from_halfway_weighs_on_the_pairs_it_hit_not_on_the_run():
     # The hogged half's steps wander by tens of percent, the quiet half's by 3 %. Pooled
     # in full, the hogged pairs made most of the ratio's noise (6 of 300 runs past 5 %,
-    # worst 7.6 %, the spread 60 % wider than chance); each pair weighed by how calm the host was around it, the ratio
-    # rests on the quiet half, and the spread shrinks with it, as far as chance goes.
+    # worst 7.6 %, the spread 60 % wider than chance); each pair weighed by how calm the
+    # host was around it, the ratio rests on the quiet half, and the spread shrinks with
+    # it, as far as chance goes.
     import random
     import statistics
 
