@@ -149,14 +149,27 @@ class Comparison:
         if phase in self.paired_spreads:
             return self.paired_spreads[phase]
         terms = self.prediction.terms
-        if phase == "fwd_bwd":
+        if phase == "step_s":
+            base = (terms.baseline_iqr, terms.baseline_median_s)
+            main = (self.iqr, self.measured_s)
+        elif phase == "fwd_bwd":
             base = (terms.compute_iqr, terms.compute.seconds)
-            main = self.measured_compute_iqr
+            main = (self.measured_compute_iqr, self.measured_phases[phase])
         else:
             base = (terms.phase_iqr(phase), terms.baseline_phase_s(phase))
-            main = self.measured_pass.phase_iqr(phase) if self.measured_pass else None
+            main = (self.measured_pass.phase_iqr(phase) if self.measured_pass else None,
+                    self.measured_phases[phase])
         return 2 * math.hypot(median_se(*base, terms.compute_steps),
-                              median_se(main, self.measured_phases[phase], self.steps))
+                              median_se(*main, self.steps))
+
+    @property
+    def step_spread(self) -> float:
+        """How far apart the two passes' median steps may fall by chance (``spread``'s rule).
+
+        The whole step's, which is what the error measures: a host that slows
+        every phase, not only the compute, shows here.
+        """
+        return self.spread("step_s")
 
     def moved_terms(self) -> list[str]:
         """The watched terms (``WATCHED``) that moved between the passes beyond chance."""
@@ -248,14 +261,18 @@ class Comparison:
         return f"host changed: {terms}, rest of the model {self.error_of_rest * 100:+.1f} %"
 
     def _busy_spread(self) -> float | None:
-        """The compute spread where a busy host explains the error, else None.
+        """The passes' spread where a busy host explains the error, else None.
 
         The error is past the quiet-host figure (``QUIET_ERROR``), no term moved
         beyond chance (the host notice says more then), and the passes' own
-        spread is at least the error: chance alone allows it. An error past
-        the spread stays the model's.
+        spread is at least the error: chance alone allows it. The spread is the
+        larger of the compute's and the whole step's (``step_spread``): a hog
+        that slows the optimizers and the copies as much as the compute leaves
+        the compute's spread below an error that the step's allows. An error
+        past both stays the model's.
         """
-        spread = self.compute_spread
+        spread = max((s for s in (self.compute_spread, self.step_spread) if math.isfinite(s)),
+                     default=math.nan)
         if abs(self.error) <= QUIET_ERROR or self.moved_terms() \
                 or not (math.isfinite(spread) and spread >= abs(self.error)):
             return None
@@ -270,7 +287,7 @@ class Comparison:
         spread = self._busy_spread()
         if spread is None:
             return None
-        return (f"the host was busy: the same compute varied so much from step to step that the "
+        return (f"the host was busy: the same work varied so much from step to step that the "
                 f"two passes may differ by up to {spread * 100:.1f} % by chance, more than this "
                 f"error, so this run cannot check the model closer than that (on a quiet host it "
                 f"is within {QUIET_ERROR * 100:.0f} %)")
@@ -292,7 +309,8 @@ class Comparison:
             "model_tokens_per_s": self.model_tokens_per_s,
             "worst_phase": self.worst_phase, "split": self.split(),
             "error_terms": self.error_terms(), "compute_moved": self.compute_moved,
-            "compute_spread": self.compute_spread, "host_changed": self.host_changed,
+            "compute_spread": self.compute_spread, "step_spread": self.step_spread,
+            "host_changed": self.host_changed,
             "error_without_compute": self.error_without_compute,
             "moved_terms": self.moved_terms(), "error_of_rest": self.error_of_rest,
             "host_notice": self.host_notice(), "busy_notice": self.busy_notice(),
