@@ -7,11 +7,15 @@ measured on the same recorded steps as the code before it: check out the
 other commit and run the same command. Per row (model, config, block): the
 samples, median and worst |error|, how many are past 3 % and 5 %, and how
 many past 3 % carry neither the host-changed nor the busy-host notice
-(silent). Per block, over every row of every DIR: the rms error and the
-same counts.
+(silent), and the mean signed error: a row whose errors lean one way has a
+term the model gets wrong there, where noise would average out. Per block,
+over every row of every DIR: the rms error and the same counts. With
+``--terms``, each row's mean share of the error by phase (``Comparison.split``):
+which term a lean is in.
 
     .venv/bin/python bench/stepmodel_reread.py runs/           # kept homes
     .venv/bin/python bench/stepmodel_reread.py runs/ --rows    # and each row
+    .venv/bin/python bench/stepmodel_reread.py runs/ --terms   # and each row's terms
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,31 +37,50 @@ from daemon.store import Store
 KEPT = re.compile(r"^(?P<row>.+-\d+x\d+)-i(?P<block>\d+)-rngd-bench-")
 
 
-def reread(home: Path) -> tuple[float, bool] | None:
-    """The run's error and whether ``show`` gives a notice beside it; None without a model."""
+@dataclass(frozen=True)
+class Sample:
+    error: float
+    told: bool  # ``show`` gives the host-changed or the busy-host notice beside it
+    shares: dict[str, float]  # each phase's share of the error (``Comparison.split``)
+
+
+def reread(home: Path) -> Sample | None:
+    """The run's error, its notice and its terms as ``show`` gives them; None without a model."""
     c = stepmodel.for_run(Store(home / "rngdctl.db"), 1)
     if c is None or c.error is None:
         return None
-    return c.error, bool(c.host_notice() or c.busy_notice())
+    return Sample(c.error, bool(c.host_notice() or c.busy_notice()),
+                  {r["phase"]: r["error"] for r in c.split() if r["error"] is not None})
 
 
-def counts(samples: list[tuple[float, bool]]) -> str:
-    errors = [abs(e) for e, _ in samples]
-    silent = sum(abs(e) > 0.03 and not told for e, told in samples)
+def counts(samples: list[Sample]) -> str:
+    errors = [abs(s.error) for s in samples]
+    silent = sum(abs(s.error) > 0.03 and not s.told for s in samples)
     rms = math.sqrt(statistics.fmean(e * e for e in errors))
-    return (f"n {len(errors):3d}  rms {rms * 100:4.2f} %"
+    mean = statistics.fmean(s.error for s in samples)
+    return (f"n {len(errors):3d}  rms {rms * 100:4.2f} %  mean {mean * 100:+5.2f} %"
             f"  median {statistics.median(errors) * 100:4.1f}  worst {max(errors) * 100:4.1f} %"
             f"  past 3 % {sum(e > 0.03 for e in errors):2d}"
             f"  past 5 % {sum(e > 0.05 for e in errors):2d}"
             f"  silent {silent}")
 
 
+def terms(samples: list[Sample]) -> str:
+    """Each phase's mean share of the error over ``samples``, largest first."""
+    phases = {p for s in samples for p in s.shares}
+    means = {p: statistics.fmean(s.shares.get(p, 0.0) for s in samples) for p in phases}
+    return ", ".join(f"{p} {m * 100:+.2f} %" for p, m in sorted(means.items(),
+                                                                 key=lambda pm: -abs(pm[1])))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dirs", nargs="+", type=Path, help="directories of kept homes")
     ap.add_argument("--rows", action="store_true", help="print each row too")
+    ap.add_argument("--terms", action="store_true",
+                    help="print each row with its mean share of the error by phase")
     args = ap.parse_args()
-    rows: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
+    rows: dict[tuple[str, str], list[Sample]] = defaultdict(list)
     for d in args.dirs:
         for home in sorted(p for p in d.iterdir() if (p / "rngdctl.db").exists()):
             m = KEPT.match(home.name)
@@ -67,9 +91,11 @@ def main() -> int:
         print("no kept runs with a step model under " + ", ".join(map(str, args.dirs)),
               file=sys.stderr)
         return 2
-    if args.rows:
+    if args.rows or args.terms:
         for (block, row), samples in sorted(rows.items()):
             print(f"{row:26s} blocks {block}  {counts(samples)}")
+            if args.terms:
+                print(f"{'':26s} terms: {terms(samples)}")
     for block in sorted({b for b, _ in rows}, key=int):
         every = [s for (b, _), samples in rows.items() if b == block for s in samples]
         mode = "one after the other" if block == "0" else f"interleaved, blocks of {block}"
