@@ -9,16 +9,15 @@ from daemon import stepmodel
 from daemon.stepmodel import HOST_MOVED
 
 
-def compared(measured_terms: dict, *, compute_spread: float | None = None,
+def compared(measured_terms: dict, *, wander: float | None = None,
              wandering: str = "fwd_bwd"):
     """The model from a steady baseline against a main pass measured with other terms."""
     terms = stepmodel.fit(make_pass())
     measured = make_pass(measured_terms, label="main")
-    if compute_spread is not None:
-        # The main pass's fwd_bwd (or ``wandering``) wanders by +-compute_spread from
-        # step to step.
+    if wander is not None:
+        # The main pass's fwd_bwd (or ``wandering``) wanders by +-wander from step to step.
         for n, s in enumerate(measured):
-            f = 1 + compute_spread * (-1, -0.5, 0, 0.5, 1)[n % 5]
+            f = 1 + wander * (-1, -0.5, 0, 0.5, 1)[n % 5]
             s["step_s"] += s["phases"][wandering] * (f - 1)
             s["phases"][wandering] *= f
     return stepmodel.compare(stepmodel.predict(terms, terms.baseline), measured)
@@ -93,7 +92,7 @@ def test_a_steady_host_gives_no_notice():
 
 def test_a_move_inside_the_passes_own_spread_is_not_called_a_host_change():
     # 5 % slower, but the main pass's own fwd_bwd spreads +-20 % from step to step.
-    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.05}, compute_spread=0.2)
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.05}, wander=0.2)
     assert c.compute_moved == pytest.approx(0.05, abs=0.01)
     assert c.compute_spread > 0.05
     assert not c.host_changed
@@ -102,7 +101,7 @@ def test_a_move_inside_the_passes_own_spread_is_not_called_a_host_change():
 def test_a_large_error_inside_a_busy_hosts_spread_is_called_the_hosts_not_the_models():
     # The main pass's fwd_bwd 30 % slower but wandering +-80 % from step to step: nothing
     # moved beyond chance, yet the error is past the quiet-host figure.
-    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.3}, compute_spread=0.8)
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.3}, wander=0.8)
     assert not c.host_changed and abs(c.error) > stepmodel.QUIET_ERROR
     assert c.compute_spread >= abs(c.error)
     assert c.busy_notice().startswith("the host was busy")
@@ -117,7 +116,7 @@ def test_a_busy_host_that_slowed_the_optimizer_not_the_compute_is_still_called_b
     # A hog that takes the host optimizer (most of this step) 10 % slower on average,
     # wandering +-50 % from step to step, while the compute holds: the compute's spread
     # is below the error, the whole step's is not.
-    c = compared({**KNOWN, "host_optim": KNOWN["host_optim"] * 1.1}, compute_spread=0.5,
+    c = compared({**KNOWN, "host_optim": KNOWN["host_optim"] * 1.1}, wander=0.5,
                  wandering="host_optim")
     assert not c.host_changed and abs(c.error) > stepmodel.QUIET_ERROR
     assert c.compute_spread < abs(c.error) <= c.step_spread
@@ -127,7 +126,7 @@ def test_a_busy_host_that_slowed_the_optimizer_not_the_compute_is_still_called_b
 
 def test_a_small_error_on_a_busy_host_needs_no_excuse():
     # The same +-20 % wander, but the error is within the quiet-host figure.
-    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.05}, compute_spread=0.2)
+    c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.05}, wander=0.2)
     assert c.compute_spread > stepmodel.QUIET_ERROR and abs(c.error) <= stepmodel.QUIET_ERROR
     assert c.busy_notice() is None and c.short_busy_notice() is None
 
@@ -171,7 +170,7 @@ def test_the_note_of_a_steady_run_has_the_split_but_no_notice(store, recorded_ru
 
 
 def test_the_spread_the_notice_allows_shrinks_with_more_steps():
-    short = compared({**KNOWN, "compute": KNOWN["compute"] * 1.08}, compute_spread=0.2)
+    short = compared({**KNOWN, "compute": KNOWN["compute"] * 1.08}, wander=0.2)
     terms = stepmodel.fit(make_pass(steps=65))
     measured = make_pass({**KNOWN, "compute": KNOWN["compute"] * 1.08}, label="main", steps=65)
     for n, s in enumerate(measured):
