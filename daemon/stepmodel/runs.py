@@ -101,7 +101,8 @@ def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
     if terms is None:
         return None
     prediction = predict(terms, Shape.of_step(main.last))
-    window = paired_window(_pass_config(store, run_id, MAIN), baseline)
+    main_config = _pass_config(store, run_id, MAIN)
+    window = paired_window(main_config, baseline)
     measured, medians, spreads = main, None, None
     if window:  # interleaved: the main steps that ran beside the baseline's, read as steps
         last, block = window["last"], window["interleave"]
@@ -109,7 +110,15 @@ def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
         medians, spreads = paired(store.steps_until(run_id, BASELINE, last),
                                   store.steps_until(run_id, MAIN, last), block, prediction)
     return compare(prediction, measured, interleave=window.get("interleave", 0),
-                   paired=medians, paired_spreads=spreads)
+                   paired=medians, paired_spreads=spreads,
+                   cards_on_host=_cards_on_host(main_config))
+
+
+def _cards_on_host(config: dict | None) -> bool:
+    """Whether a pass's cards (its start config's ``backends``) are all the host's CPU."""
+    backends = (config or {}).get("backends")
+    return isinstance(backends, list) and bool(backends) and \
+        all(isinstance(b, str) and b.startswith("cpu") for b in backends)
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ from daemon.ingest import Ingest
 from trainer import records
 
 
-def passes(layers=4, resident=2, n=12, main_compute=0.100, main_jitter=0.0):
+def passes(layers=4, resident=2, n=12, main_compute=0.100, main_jitter=0.0, backends=None):
     """A baseline and a main pass with known phase timings (main's fwd_bwd: ``main_compute``,
-    wandering by +-``main_jitter`` of it from step to step)."""
+    wandering by +-``main_jitter`` of it from step to step), on ``backends`` if given."""
     lines = []
     for label, res in (("baseline", 0), ("main", resident)):
         config = {"cards": 1, "resident_layers": res, "layers": layers, "seq_len": 64,
-                  "accum": 2}
+                  "accum": 2, **({"backends": backends} if backends else {})}
         lines.append(records.dumps(records.Start(label, config, time=0.0)))
         offloaded = layers - res
         for i in range(1, n + 1):
