@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -43,7 +44,7 @@ def one(model: str, steps: int, resident: int) -> dict[str, list[list[float]]]:
     cfg = TrainConfig(run_id="floor", model=model, resident_layers=resident, backend="cpu",
                       steps=steps, seq_len=64, accum=2, baseline=True, baseline_steps=steps,
                       interleave=2)
-    with open("/dev/null", "w") as sink:
+    with open(os.devnull, "w") as sink:
         recipe = Recipe(cfg, RecordWriter(sink, None))
         recipe.setup()
         recipe.settle(cfg.settle)

@@ -115,10 +115,11 @@ def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
 
 
 def _cards_on_host(config: dict | None) -> bool:
-    """Whether a pass's cards (its start config's ``backends``) are all the host's CPU."""
-    backends = (config or {}).get("backends")
-    return isinstance(backends, list) and bool(backends) and \
-        all(isinstance(b, str) and b.startswith("cpu") for b in backends)
+    """Whether a pass's cards are all the host's CPU: its ``backend``, as ``Baseline.backend``
+    reads it, but False where the start config does not say (no card is assumed)."""
+    backend = (config or {}).get("backend")
+    return isinstance(backend, str) and \
+        all(b.strip().startswith("cpu") for b in backend.split(","))
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ from daemon.ingest import Ingest
 from trainer import records
 
 
-def passes(layers=4, resident=2, n=12, main_compute=0.100, main_jitter=0.0, backends=None):
+def passes(layers=4, resident=2, n=12, main_compute=0.100, main_jitter=0.0, backend=None):
     """A baseline and a main pass with known phase timings (main's fwd_bwd: ``main_compute``,
-    wandering by +-``main_jitter`` of it from step to step), on ``backends`` if given."""
+    wandering by +-``main_jitter`` of it from step to step), on ``backend`` if given."""
     lines = []
     for label, res in (("baseline", 0), ("main", resident)):
         config = {"cards": 1, "resident_layers": res, "layers": layers, "seq_len": 64,
-                  "accum": 2, **({"backends": backends} if backends else {})}
+                  "accum": 2, **({"backend": backend} if backend else {})}
         lines.append(records.dumps(records.Start(label, config, time=0.0)))
         offloaded = layers - res
         for i in range(1, n + 1):

@@ -58,18 +58,18 @@ def test_show_names_the_cpu_placement_beside_the_host_when_resident_layers_compu
         store, rngdctl):
     # The asked config (2 of 4 layers resident) computed 3 % faster than the baseline: on cpu
     # cards the placement alone can do that, on a card it cannot.
-    on_cpu, text, model = shown(store, rngdctl, main_compute=0.097, backends=["cpu"])
+    on_cpu, text, model = shown(store, rngdctl, main_compute=0.097, backend="cpu")
     assert on_cpu.host_changed and model["placement_may_explain"] is True
     notice = next(line for line in text.splitlines() if "the host changed" in line)
     assert "3.0 % less time in the asked config" in notice
     assert "so this may be the placement rather than the host" in notice
-    on_card, text, model = shown(store, rngdctl, main_compute=0.097, backends=["furiosa:0"])
+    on_card, text, model = shown(store, rngdctl, main_compute=0.097, backend="furiosa:0")
     assert on_card.host_changed and model["placement_may_explain"] is False
     assert "placement" not in text
 
 
 def test_a_compute_that_moved_past_what_the_placement_can_do_is_the_hosts_alone(store, rngdctl):
     # 10 % faster on cpu cards: more than resident layers make (CPU_PLACEMENT).
-    expected, text, model = shown(store, rngdctl, main_compute=0.090, backends=["cpu"])
+    expected, text, model = shown(store, rngdctl, main_compute=0.090, backend="cpu")
     assert expected.host_changed and model["placement_may_explain"] is False
     assert "placement" not in text
