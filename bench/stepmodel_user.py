@@ -164,7 +164,7 @@ def one_sample(args, model: str, cards: int, resident: int, interleave: int, hog
         home = Path(tmp)
         rid = int(rngdctl(home, "submit", "--cards", str(cards), "--resident", str(resident),
                           "--model", model, "--steps", str(args.steps), "--baseline",
-                          "--baseline-steps", str(args.steps), "--seq-len", str(args.seq_len),
+                          "--baseline-steps", str(args.baseline_steps), "--seq-len", str(args.seq_len),
                           "--accum", str(args.accum), "--lr", "1e-4",
                           "--interleave", str(interleave)).stdout.strip())
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
@@ -176,7 +176,7 @@ def one_sample(args, model: str, cards: int, resident: int, interleave: int, hog
         hog_at = None
         timed_steps_done = TimedSteps(home, rid)
         try:
-            half = args.steps  # of 2 x steps timed steps
+            half = (args.steps + args.baseline_steps) // 2  # of the timed steps
             while daemon.poll() is None:
                 if hog and not hogs:
                     done = timed_steps_done()
@@ -280,7 +280,9 @@ def main() -> int:
                     help="comma list of block sizes (0: off)")
     ap.add_argument("--hog", action="store_true", help="start a CPU hog halfway through each run")
     ap.add_argument("--hog-procs", type=int, default=2 * (os.cpu_count() or 2))
-    ap.add_argument("--steps", type=int, default=40, help="steps of each pass")
+    ap.add_argument("--steps", type=int, default=40, help="steps of the asked config's pass")
+    ap.add_argument("--baseline-steps", type=int, default=None,
+                    help="steps of the baseline pass (default: --steps)")
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--accum", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the trainer")
@@ -288,6 +290,7 @@ def main() -> int:
     ap.add_argument("--json", help="also write every sample to this file (JSON lines)")
     ap.add_argument("--keep", help="keep each sample's home (its store and step logs) here")
     args = ap.parse_args()
+    args.baseline_steps = args.baseline_steps or args.steps
     wanted = set(args.configs.split(",")) if args.configs else None
 
     t0, load0 = time.time(), os.getloadavg()[0]
@@ -312,7 +315,8 @@ def main() -> int:
                "unknown cpu")
     print(f"step-time model as users see it: {' '.join(sys.argv[1:]) or '(defaults)'}\n"
           f"{cpu}, {os.cpu_count()} cores; one run per sample through submit, the daemon and "
-          f"show --json; seq {args.seq_len}, accum {args.accum}, {args.steps} steps per pass, "
+          f"show --json; seq {args.seq_len}, accum {args.accum}, {args.steps} steps "
+          f"(baseline {args.baseline_steps}), "
           f"OMP_NUM_THREADS={args.threads}; load {load0:.1f} -> {os.getloadavg()[0]:.1f}; "
           f"{time.time() - t0:.0f} s\n")
     print("\n".join(table(rows)))
