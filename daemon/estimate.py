@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from daemon import stats
+from daemon import runspec, stats
 from daemon.errors import RngdctlError
 from daemon.store import ACTIVE, DONE
 from trainer.records import MAIN
@@ -77,7 +77,7 @@ def predicted_duration(store, run: dict) -> tuple[float | None, str]:
     basis = (f"{c['steps']} steps x {answer.prediction.step_s * 1e3:.1f} ms "
              f"(model, run {base} {answer.baseline.label})")
     if c.get("baseline"):
-        n = c.get("baseline_steps") or min(int(c["steps"]), 10)
+        n = runspec.baseline_steps(c)
         offload = stepmodel.model_config(store, base, cards=int(c["cards"]), resident=0,
                                          seq_len=c.get("seq_len"), accum=c.get("accum"))
         seconds += offload.prediction.step_s * n

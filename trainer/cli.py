@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recompute each layer's forward in the backward (less activation memory)")
     t.add_argument("--baseline", action="store_true",
                    help="run an all-offload pass first on the same cards")
-    t.add_argument("--baseline-steps", type=int, default=None, help="default min(steps, 10)")
+    t.add_argument("--baseline-steps", type=int, default=None,
+                   help="default: --steps, at most 200 with --interleave, 40 without")
     t.add_argument("--settle", type=int, default=60, metavar="N",
                    help="with --baseline: untimed steps on a throwaway copy until the step time "
                         "settles (median of 5 within 3%% of the 5 before), at most N; 0: none")

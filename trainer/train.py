@@ -43,6 +43,16 @@ from trainer import records
 from trainer.errors import UsageError
 from trainer.records import BASELINE, MAIN, OPTIM_CALIBRATION, Event, RecordWriter, Start, Step
 
+#: The baseline pass's steps when --baseline-steps is not given (at most --steps):
+#: interleaved, beside the whole run up to 200; one after the other, up to 40
+#: (daemon/runspec.py BASELINE_STEPS says why; submit passes its own on).
+BASELINE_STEPS, INTERLEAVED_BASELINE_STEPS = 40, 200
+
+
+def default_baseline_steps(steps: int, interleave: int) -> int:
+    """The baseline's steps when --baseline-steps is not given."""
+    return min(steps, INTERLEAVED_BASELINE_STEPS if interleave else BASELINE_STEPS)
+
 
 @dataclass
 class TrainConfig:
@@ -65,7 +75,7 @@ class TrainConfig:
     checkpoint: bool = False  # recompute each layer's forward in the backward
     threads: int | None = None  # torch host threads; None: torch's default
     baseline: bool = False  # run an all-offload pass first, for the step-time model
-    baseline_steps: int | None = None  # default min(steps, 10)
+    baseline_steps: int | None = None  # default: default_baseline_steps
     settle: int = 60  # with --baseline: at most this many untimed settling steps; 0: none
     interleave: int = 0  # with --baseline: alternate the passes in blocks of this many steps
     cache_dir: str | None = None  # where trained tokenizers are cached
@@ -171,7 +181,8 @@ class Recipe:
         cfg = self.cfg
         plan = []
         if cfg.baseline:
-            plan.append((BASELINE, 0, cfg.baseline_steps or min(cfg.steps, 10)))
+            plan.append((BASELINE, 0, cfg.baseline_steps
+                         or default_baseline_steps(cfg.steps, cfg.interleave)))
         plan.append((MAIN, cfg.resident_layers, cfg.steps))
         if cfg.baseline and cfg.settle:
             self.settle(cfg.settle)

@@ -47,7 +47,9 @@ class CardsParam(click.ParamType):
 @click.option("--steps", type=int, help="Optimizer steps (default 200).")
 @click.option("--baseline", is_flag=True, default=None,
               help="Run an all-offload pass first, in the same Job, for the step model.")
-@click.option("--baseline-steps", type=int, help="Steps of the baseline pass.")
+@click.option("--baseline-steps", type=int,
+              help="Steps of the baseline pass (default: as many as --steps, at most 200 "
+                   "when interleaved, 40 when not).")
 @click.option("--interleave", type=int,
               help="With --baseline: alternate baseline and config in blocks of this many "
                    "steps, so host drift hits both (0: one after the other; default 2 on cpu, "

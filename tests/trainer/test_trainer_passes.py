@@ -98,6 +98,12 @@ def test_settling_steps_do_not_change_what_the_timed_passes_compute(alone):
     assert kinds.index("event") < kinds.index("start")
 
 
+def test_a_baseline_without_a_length_runs_as_many_steps_as_the_run():
+    # Past the old default of 10, so that the model's medians are not over 5 steps.
+    recs = train(baseline_steps=None, steps=12, resident_layers=0, backend="cpu", interleave=2)
+    assert len(losses(recs, "baseline")) == 12
+
+
 def test_a_run_without_a_baseline_does_not_settle():
     recs = train(baseline=False, settle=20)
     assert not [r for r in recs if r["kind"] == "event" and r["event"] == "settle"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from tui_support import NOW
 
 from daemon import stats
@@ -38,17 +39,18 @@ def test_medians_read_incrementally_equal_daemon_stats(store, ids):
     assert source.build().current == first  # a second refresh reads nothing new
 
 
-def test_a_run_that_has_only_its_baseline_shows_the_baseline_pass(store, ids):
+@pytest.mark.parametrize("given, total", [(8, 8), (None, 40)])  # None: the default, passes one after the other
+def test_a_run_that_has_only_its_baseline_shows_the_baseline_pass(store, ids, given, total):
     from trainer import records
 
     run_id = store.add_run({"cards": 1, "resident": 2, "steps": 50, "baseline": True,
-                            "baseline_steps": 8}, name="b-only", now=NOW)
+                            "baseline_steps": given}, name="b-only", now=NOW)
     store.claim_for_launch(run_id, launcher="local", now=NOW)  # r200 is running: refused
     store.update_run(run_id, status="running")
     store.add_steps(run_id, [records.Step("baseline", n, 2.0, 1.0, 64, 1e-5, time=NOW)
                              for n in range(1, 4)])
     view = ViewSource(store, home="h", clock=lambda: NOW, run_ref=run_id).build().current
-    assert (view.label, view.step, view.steps_total) == ("baseline", 3, 8)
+    assert (view.label, view.step, view.steps_total) == ("baseline", 3, total)
 
 
 def test_the_current_run_splits_the_model_error_by_term_and_says_when_the_host_changed(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon import stats, stepmodel
+from daemon import runspec, stats, stepmodel
 from daemon.store import ACTIVE, FINISHED
 from rngdctl.tui.data.predictions import Predictions, _top_terms
 from rngdctl.tui.data.text import _int
@@ -72,7 +72,7 @@ class RunViews(Predictions):
                 label, series = records.BASELINE, baseline
         median_s, tok_s = series.medians()
         if label == records.BASELINE:
-            steps_total = _int(config.get("baseline_steps"))
+            steps_total = runspec.baseline_steps(config) if config.get("steps") else None
         else:
             steps_total = _int(config.get("steps"))
         step = series.last or None
