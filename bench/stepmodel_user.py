@@ -24,6 +24,10 @@ configs; llama-3.1-8b-mini: 8). Modes:
   1-5 % on llama-3.1-8b-mini (the lead's hog run, 06:28-06:40), where a core
   shared with one hog doubles a step: the trainer kept a core to itself.
 
+The baseline's length is submit's default unless ``--baseline-steps`` gives
+one: the whole run, up to 200 steps, when the passes interleave; 40 when
+they run one after the other. ``--steps 200`` is a user's default run.
+
 Targets (issue 11), printed as PASS/MISS per row:
 - quiet host: median |error| <= 2 % and worst <= 3 %;
 - with the hog: the "host changed" notice fires on every sample where the
@@ -32,6 +36,7 @@ Targets (issue 11), printed as PASS/MISS per row:
   notice is not (the user is told the run cannot check the model closer).
 
     .venv/bin/python bench/stepmodel_user.py --samples 5                 # quiet host, default mode
+    .venv/bin/python bench/stepmodel_user.py --steps 200 --baseline-steps 10  # the old default baseline
     .venv/bin/python bench/stepmodel_user.py --samples 5 --hog --interleave 0,2
     .venv/bin/python bench/stepmodel_user.py --models llama-3.1-8b-mini --configs 1x8,2x4 \
         --samples 3 --hog --keep runs/   # some configs; keep each run's store and step log
@@ -58,7 +63,7 @@ sys.path.insert(0, str(REPO))
 
 from daemon.home import Home
 from daemon.launchers.local import STEP_LOG
-from daemon.runspec import INTERLEAVE_BLOCK
+from daemon.runspec import INTERLEAVE_BLOCK, baseline_steps
 from daemon.stepmodel import blocks
 
 RNGDCTL = [sys.executable, "-m", "rngdctl"]
@@ -162,11 +167,11 @@ def one_sample(args, model: str, cards: int, resident: int, interleave: int, hog
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="rngd-bench-", dir=args.keep) as tmp:
         home = Path(tmp)
+        given = ["--baseline-steps", str(args.baseline_steps)] if args.baseline_steps else []
         rid = int(rngdctl(home, "submit", "--cards", str(cards), "--resident", str(resident),
-                          "--model", model, "--steps", str(args.steps), "--baseline",
-                          "--baseline-steps", str(args.baseline_steps), "--seq-len", str(args.seq_len),
-                          "--accum", str(args.accum), "--lr", "1e-4",
-                          "--interleave", str(interleave)).stdout.strip())
+                          "--model", model, "--steps", str(args.steps), "--baseline", *given,
+                          "--seq-len", str(args.seq_len), "--accum", str(args.accum),
+                          "--lr", "1e-4", "--interleave", str(interleave)).stdout.strip())
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
         t0 = time.monotonic()
         daemon = subprocess.Popen([*RNGDCTL, "daemon", "--exit-when-idle", "--tick", "0.2",
@@ -176,7 +181,9 @@ def one_sample(args, model: str, cards: int, resident: int, interleave: int, hog
         hog_at = None
         timed_steps_done = TimedSteps(home, rid)
         try:
-            half = (args.steps + args.baseline_steps) // 2  # of the timed steps
+            baseline = baseline_steps({"steps": args.steps, "interleave": interleave,
+                                       "baseline_steps": args.baseline_steps})
+            half = (args.steps + baseline) // 2  # of the timed steps
             while daemon.poll() is None:
                 if hog and not hogs:
                     done = timed_steps_done()
@@ -282,7 +289,7 @@ def main() -> int:
     ap.add_argument("--hog-procs", type=int, default=2 * (os.cpu_count() or 2))
     ap.add_argument("--steps", type=int, default=40, help="steps of the asked config's pass")
     ap.add_argument("--baseline-steps", type=int, default=None,
-                    help="steps of the baseline pass (default: --steps)")
+                    help="steps of the baseline pass (default: submit's, as a user gets)")
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--accum", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the trainer")
@@ -290,7 +297,6 @@ def main() -> int:
     ap.add_argument("--json", help="also write every sample to this file (JSON lines)")
     ap.add_argument("--keep", help="keep each sample's home (its store and step logs) here")
     args = ap.parse_args()
-    args.baseline_steps = args.baseline_steps or args.steps
     wanted = set(args.configs.split(",")) if args.configs else None
 
     t0, load0 = time.time(), os.getloadavg()[0]
@@ -316,7 +322,7 @@ def main() -> int:
     print(f"step-time model as users see it: {' '.join(sys.argv[1:]) or '(defaults)'}\n"
           f"{cpu}, {os.cpu_count()} cores; one run per sample through submit, the daemon and "
           f"show --json; seq {args.seq_len}, accum {args.accum}, {args.steps} steps "
-          f"(baseline {args.baseline_steps}), "
+          f"(baseline {args.baseline_steps or 'as submit defaults'}), "
           f"OMP_NUM_THREADS={args.threads}; load {load0:.1f} -> {os.getloadavg()[0]:.1f}; "
           f"{time.time() - t0:.0f} s\n")
     print("\n".join(table(rows)))
