@@ -39,7 +39,8 @@ def test_medians_read_incrementally_equal_daemon_stats(store, ids):
     assert source.build().current == first  # a second refresh reads nothing new
 
 
-@pytest.mark.parametrize("given, total", [(8, 8), (None, 40)])  # None: the default, passes one after the other
+# None: the default, passes one after the other; "many": a stored config that cannot say.
+@pytest.mark.parametrize("given, total", [(8, 8), (None, 40), ("many", None)])
 def test_a_run_that_has_only_its_baseline_shows_the_baseline_pass(store, ids, given, total):
     from trainer import records
 

@@ -72,7 +72,7 @@ class RunViews(Predictions):
                 label, series = records.BASELINE, baseline
         median_s, tok_s = series.medians()
         if label == records.BASELINE:
-            steps_total = runspec.baseline_steps(config) if config.get("steps") else None
+            steps_total = _baseline_steps(config)
         else:
             steps_total = _int(config.get("steps"))
         step = series.last or None
@@ -112,3 +112,11 @@ class RunViews(Predictions):
             host_notice=(compared.short_notice() or compared.short_busy_notice())
             if compared else None,
         )
+
+
+def _baseline_steps(config: dict) -> int | None:
+    """The baseline pass's steps by submit's rule; None for a config that cannot say."""
+    try:
+        return runspec.baseline_steps(config)
+    except (KeyError, TypeError, ValueError):
+        return None
