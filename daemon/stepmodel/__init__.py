@@ -121,6 +121,7 @@ from daemon.stepmodel.memory import (
     card_gb_for,
     host_bytes,
     host_memory_check,
+    host_plays_cards,
     memory_check,
 )
 from daemon.stepmodel.pairing import paired, paired_medians, paired_window
@@ -176,6 +177,7 @@ __all__ = [
     "hardware_of",
     "host_bytes",
     "host_memory_check",
+    "host_plays_cards",
     "median_se",
     "memory_check",
     "model_config",

@@ -110,6 +110,14 @@ def host_memory_check(target: Shape, *, params_per_layer: int | None, host_gb: f
                        f"fits: host needs {_gb(need)} GB of {host_gb:g} GB for the {what}")
 
 
+def host_plays_cards(backend: str | None) -> bool:
+    """Whether every card of a ``--backend`` list is the host itself (``HOST_PLAYS_CARD``);
+    False where the backend is not known."""
+    if not isinstance(backend, str) or not backend.strip():
+        return False
+    return all(b.split(":")[0].strip() in HOST_PLAYS_CARD for b in backend.split(","))
+
+
 def card_gb_for(backend: str | None) -> float | None:
     """The card memory the backend fixes (None: no fixed limit, e.g. cpu)."""
     first = str(backend or "cpu").split(",")[0].strip()

@@ -9,10 +9,10 @@ from daemon.errors import ModelFitError
 from daemon.stepmodel.compare import Comparison, compare
 from daemon.stepmodel.fit import Prediction, Terms, edge_params, fit, predict
 from daemon.stepmodel.memory import (
-    HOST_PLAYS_CARD,
     MemoryCheck,
     card_gb_for,
     host_memory_check,
+    host_plays_cards,
     memory_check,
 )
 from daemon.stepmodel.pairing import paired, paired_window
@@ -111,15 +111,7 @@ def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
                                   store.steps_until(run_id, MAIN, last), block, prediction)
     return compare(prediction, measured, interleave=window.get("interleave", 0),
                    paired=medians, paired_spreads=spreads,
-                   cards_on_host=_cards_on_host(main_config))
-
-
-def _cards_on_host(config: dict | None) -> bool:
-    """Whether a pass's cards are all the host's CPU: its ``backend``, as ``Baseline.backend``
-    reads it, but False where the start config does not say (no card is assumed)."""
-    backend = (config or {}).get("backend")
-    return isinstance(backend, str) and \
-        all(b.strip().startswith("cpu") for b in backend.split(","))
+                   cards_on_host=host_plays_cards((main_config or {}).get("backend")))
 
 
 @dataclass(frozen=True)
@@ -173,11 +165,10 @@ def model_config(store, baseline_run: int, *, cards: int, resident: int,
                           edge=edge_params(config) or 0, tied_head=bool(config.get("tied_head")))
     host = None
     if check_host:
-        kind = base.backend.split(",")[0].split(":")[0].strip()
         host = host_memory_check(target, params_per_layer=ppl, host_gb=host_gb,
                                  edge=edge_params(config) or 0,
                                  tied_head=bool(config.get("tied_head")),
-                                 host_plays_card=kind in HOST_PLAYS_CARD)
+                                 host_plays_card=host_plays_cards(base.backend))
     return Answer(base, predict(terms, target), memory, host)
 
 
