@@ -41,6 +41,11 @@ Targets (issue 11), printed as PASS/MISS per row:
     .venv/bin/python bench/stepmodel_user.py --models llama-3.1-8b-mini --configs 1x8,2x4 \
         --samples 3 --hog --keep runs/   # some configs; keep each run's store and step log
 
+Under the table, the window's floor: the rms error of the configs that are the
+baseline's own (resident 0), whose model is the baseline's own numbers, so that
+their error is the host's alone. A window whose floor nears the targets cannot
+check them (docs/performance.md).
+
 Exit 0 when every row meets its target, 1 when one misses, 2 when a run fails.
 """
 
@@ -276,6 +281,19 @@ def table(rows: list[list[Sample]]) -> list[str]:
     return out
 
 
+def floor(samples: list[Sample]) -> str:
+    """What a perfect model would show in this window: the errors of the configs that are
+    the baseline's own (resident 0), whose prediction is the baseline's own numbers, so
+    that their error is the two passes' difference alone (the host's, not the model's)."""
+    own = [s.error for s in samples if s.resident == 0 and s.error is not None]
+    if not own:
+        return "floor: no config here is the baseline's own (resident 0)"
+    rms = (sum(e * e for e in own) / len(own)) ** 0.5
+    return (f"floor: the configs that are the baseline's own (resident 0), {len(own)} samples: "
+            f"rms {rms * 100:.2f} %, worst {max(map(abs, own)) * 100:.1f} % (what a perfect "
+            f"model would show on this host in this window)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -326,6 +344,7 @@ def main() -> int:
           f"OMP_NUM_THREADS={args.threads}; load {load0:.1f} -> {os.getloadavg()[0]:.1f}; "
           f"{time.time() - t0:.0f} s\n")
     print("\n".join(table(rows)))
+    print(floor([s for samples in rows for s in samples]))
     return 0 if all_ok else 1
 
 
