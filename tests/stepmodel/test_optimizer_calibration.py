@@ -119,3 +119,39 @@ def test_the_same_run_without_its_calibration_is_priced_as_before_calibrations(s
     assert c.prediction.phases["host_optim"] == pytest.approx(per_layer * 16)
     assert c.prediction.estimated_terms == ["device_optim"]
     assert c.error > 0
+
+
+#: On the cpu backend the cards are the host: one layer's AdamW costs the same on either.
+ON_HOST = {**FIXED, "device_optim": FIXED["host_optim"]}
+#: Card 0's timing caught a slow stretch of the host, half as long again as the host's.
+SLOW_CARD = {OPTIM_CALIBRATION: {**CALIBRATION, "device_per_layer_s": ON_HOST["host_optim"] * 1.5}}
+
+
+def test_where_the_cards_are_the_host_a_card_calibration_slowed_by_the_host_gives_way_to_the_hosts():
+    main = make_pass(ON_HOST, cards=2, resident_per_card=16, label="main")
+
+    on_cpu = stepmodel.fit(make_pass(ON_HOST, cards=2), {**SLOW_CARD, "backend": "cpu"})
+    c = stepmodel.compare(stepmodel.predict(on_cpu, Shape.of_steps(main)), main)
+
+    assert c.error == pytest.approx(0.0, abs=1e-12)
+    assert on_cpu.device_optim.seconds == ON_HOST["host_optim"]
+    assert "the cards are the host" in on_cpu.device_optim.source
+
+
+@pytest.mark.parametrize("backend", ["cuda:0,cuda:1", None])
+def test_a_card_of_its_own_keeps_its_own_calibration(backend):
+    config = {**SLOW_CARD, "backend": backend}
+
+    terms = stepmodel.fit(make_pass(ON_HOST, cards=2), config)
+
+    assert terms.device_optim.seconds == pytest.approx(ON_HOST["host_optim"] * 1.5)
+    assert terms.device_optim.source.startswith("calibrated: one more layer of card 0's")
+
+
+def test_where_the_cards_are_the_host_a_card_calibration_below_the_hosts_is_kept():
+    fast = {OPTIM_CALIBRATION: {**CALIBRATION, "device_per_layer_s": ON_HOST["host_optim"] * 0.9},
+            "backend": "cpu"}
+
+    terms = stepmodel.fit(make_pass(ON_HOST, cards=2), fast)
+
+    assert terms.device_optim.seconds == pytest.approx(ON_HOST["host_optim"] * 0.9)
