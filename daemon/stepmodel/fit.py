@@ -188,18 +188,18 @@ def _device_per_layer(g: float, cal: dict, backend: str | None) -> Term:
     (quartiles 0.97-1.04), past 1.3 in 10; one of those (llama-3.1-8b-mini,
     1.07 ms against 0.61 ms) put an all-resident error at +4.4 %, +0.4 % with
     the host's. Interference only adds time, so the lower of the two is the
-    cost. The host's own per-layer cost is left as timed: the
-    baseline's measured host optimizer anchors it (its fixed part takes up
-    what the calibration mis-states), where this term counts in full for
-    every resident layer.
+    cost. The host's own per-layer cost is left as timed: the baseline's
+    measured host optimizer anchors it (its fixed part takes up what the
+    calibration mis-states), where this term counts in full for every
+    resident layer.
     """
     pairs = f"median of {cal.get('device_reps')} pairs (the baseline's start record)"
     host = _seconds(cal, "host_per_layer_s")
     if host is not None and host < g and host_plays_cards(backend):
         return Term("device_optim", host, "resident layer",
                     f"calibrated: one more layer of the host's fused AdamW on scratch buffers, "
-                    f"{cal.get('reps')} pairs, below card 0's {g * 1e3:.3f} ms (the cards are the "
-                    f"host: the same work timed twice, the lower one is the cost)")
+                    f"median of {cal.get('reps')} pairs, below card 0's {g * 1e3:.3f} ms (the "
+                    f"cards are the host: the same work timed twice, the lower one is the cost)")
     return Term("device_optim", g, "resident layer",
                 f"calibrated: one more layer of card 0's optimizer on scratch buffers, {pairs}")
 
