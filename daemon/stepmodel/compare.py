@@ -285,74 +285,70 @@ class Comparison:
                           f"(spread {self.spread(p) * 100:.1f} %)" for p in moved)
         return f"host changed: {terms}, rest of the model {self.error_of_rest * 100:+.1f} %"
 
-    def _busy_spread(self) -> float | None:
-        """The passes' spread where a busy host explains the error, else None.
+    @cached_property
+    def _busy(self) -> tuple[str, float] | None:
+        """Why a busy host explains the error, with the spread that allows it, else None.
 
-        The error is past the quiet-host figure (``QUIET_ERROR``), no term moved
-        beyond chance (the host notice says more then), and the passes' own
-        spread is at least the error: chance alone allows it. The spread is the
-        larger of the compute's and the whole step's (``step_spread``): a hog
-        that slows the optimizers and the copies as much as the compute leaves
-        the compute's spread below an error that the step's allows. An error
-        past both stays the model's, unless ``_compute_explains``.
+        Only where the error is past the quiet-host figure (``QUIET_ERROR``) and
+        no term moved beyond chance (the host notice says more then). Then:
+
+        - ``"passes"``: the passes' own spread is at least the error, so chance
+          alone allows it. The spread is the larger of the compute's and the
+          whole step's (``step_spread``): a hog that slows the optimizers and
+          the copies as much as the compute leaves the compute's spread below
+          an error that the step's allows.
+        - ``"compute"``: the error is the compute's share plus the rest of the
+          model's (``error_without_compute``); the compute moved no further
+          than its own spread and the rest is within the quiet-host figure, so
+          what takes the error past it is the same device work timed twice on
+          a busy host, even where the rest's few percent, on the same side,
+          take the sum past every spread (a tiny-llama 2 x 2 run under the
+          hog: compute +3.2 % inside 3.8 %, the rest -1.3 %, the error -4.0 %).
+
+        An error past both stays the model's.
         """
         if abs(self.error) <= QUIET_ERROR or self.moved_terms():
             return None
         spread = max((s for s in (self.compute_spread, self.step_spread) if math.isfinite(s)),
                      default=math.nan)
-        return spread if math.isfinite(spread) and spread >= abs(self.error) else None
-
-    def _compute_explains(self) -> bool:
-        """The error is past ``QUIET_ERROR`` only by a compute that chance allows.
-
-        The error is the compute's share plus the rest of the model's
-        (``error_without_compute``). When the compute moved no further than its
-        own spread and the rest is within the quiet-host figure, the part past
-        it is the same device work timed twice on a busy host, even where the
-        rest's few percent, on the same side, take the sum past every spread
-        (a tiny-llama 2 x 2 run under the hog: compute +3.2 % inside 3.8 %, the
-        rest -1.3 %, the error -4.0 %).
-        """
-        if abs(self.error) <= QUIET_ERROR or self.moved_terms() \
-                or self._busy_spread() is not None:
-            return False
+        if math.isfinite(spread) and spread >= abs(self.error):
+            return "passes", spread
         spread = self.compute_spread
-        return (math.isfinite(spread) and abs(self.compute_moved) <= spread
-                and abs(self.error_without_compute) <= QUIET_ERROR)
+        if math.isfinite(spread) and abs(self.compute_moved) <= spread \
+                and abs(self.error_without_compute) <= QUIET_ERROR:
+            return "compute", spread
+        return None
 
     def busy_notice(self) -> str | None:
-        """One plain sentence when the error is inside a busy host's noise, else None.
+        """One plain sentence when the error is inside a busy host's noise (``_busy``), else None.
 
-        Either the passes' spread allows the whole error (``_busy_spread``) or
-        the compute's allows what takes it past the quiet-host figure
-        (``_compute_explains``). What ``show`` and the note say beside the
-        error, so that a large error on a loaded host is not read as the model's.
+        What ``show`` and the note say beside the error, so that a large error
+        on a loaded host is not read as the model's.
         """
-        quiet = f"(on a quiet host it is within {QUIET_ERROR * 100:.0f} %)"
-        spread = self._busy_spread()
-        if spread is not None:
-            return (f"the host was busy: the same work varied so much from step to step that "
-                    f"the two passes may differ by up to {spread * 100:.1f} % by chance, more "
-                    f"than this error, so this run cannot check the model closer than that "
-                    f"{quiet}")
-        if self._compute_explains():
-            return (f"the host was busy: {self._moved_words('fwd_bwd')} in the asked config "
-                    f"than in the baseline, inside the {self.compute_spread * 100:.1f} % that "
-                    f"its step-to-step variation allows by chance, and apart from the compute "
-                    f"the model is off by {self.error_without_compute * 100:+.1f} %, so this "
-                    f"run cannot check the model closer than that {quiet}")
-        return None
+        if self._busy is None:
+            return None
+        why, spread = self._busy
+        if why == "passes":
+            words = (f"the same work varied so much from step to step that the two passes may "
+                     f"differ by up to {spread * 100:.1f} % by chance, more than this error")
+        else:
+            words = (f"{self._moved_words('fwd_bwd')} in the asked config than in the baseline, "
+                     f"inside the {spread * 100:.1f} % that its step-to-step variation allows "
+                     f"by chance, and apart from the compute the model is off by "
+                     f"{self.error_without_compute * 100:+.1f} %")
+        return (f"the host was busy: {words}, so this run cannot check the model closer than "
+                f"that (on a quiet host it is within {QUIET_ERROR * 100:.0f} %)")
 
     def short_busy_notice(self) -> str | None:
         """``busy_notice`` in one panel line (the TUI)."""
-        spread = self._busy_spread()
-        if spread is not None:
+        if self._busy is None:
+            return None
+        why, spread = self._busy
+        if why == "passes":
             return f"busy host: the error is inside the passes' {spread * 100:.1f} % spread"
-        if self._compute_explains():
-            return (f"busy host: compute {self.compute_moved * 100:+.1f} % inside its "
-                    f"{self.compute_spread * 100:.1f} % spread, rest of the model "
-                    f"{self.error_without_compute * 100:+.1f} %")
-        return None
+        return (f"busy host: compute {self.compute_moved * 100:+.1f} % inside its "
+                f"{spread * 100:.1f} % spread, rest of the model "
+                f"{self.error_without_compute * 100:+.1f} %")
 
     def as_dict(self) -> dict:
         return {
