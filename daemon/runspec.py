@@ -33,7 +33,18 @@ DEFAULTS = {
     "image": None,
     "deadline": None,
     "precompile": False,
+    # The run's output (issue 26): the saved model, its checkpoints and held-out loss.
+    "out": None,  # None: HOME/runs/<id>/model (local), or the output volume's (k8s)
+    "checkpoint_every": None,  # None: checkpoints only when stopped (SIGTERM)
+    "keep_checkpoints": 2,
+    "merge": False,  # with --lora: write merged full weights instead of the adapter
+    "eval_data": None,
+    "eval_split": None,
+    "eval_every": None,  # None: the held-out loss before the first step and after the last
 }
+
+#: The folder under a run's folder where its model and checkpoints go by default.
+MODEL_DIR = "model"
 
 #: The baseline pass's steps when ``--baseline-steps`` is not given, never more
 #: than ``--steps``: up to ``BASELINE_STEPS`` when the passes run one after the
@@ -86,7 +97,7 @@ def _check_model(model: str) -> str:
                    f"nor a folder with a config.json")
 
 
-def _check_data(data: str) -> str:
+def _check_data(data: str, option: str = "--data") -> str:
     if data == "synthetic":
         return data
     kind, sep, rest = data.partition(":")
@@ -95,9 +106,10 @@ def _check_data(data: str) -> str:
     elif data.endswith(".jsonl"):
         kind, path = "jsonl", Path(data).expanduser()
     else:
-        raise BadInput(f"--data {data!r}: use synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file")
+        raise BadInput(f"{option} {data!r}: use synthetic, nsmc:PATH, jsonl:PATH or a .jsonl "
+                       f"file")
     if not path.is_file():
-        raise BadInput(f"--data {data!r}: no file at {path}")
+        raise BadInput(f"{option} {data!r}: no file at {path}")
     return f"{kind}:{path.resolve()}"
 
 
@@ -125,6 +137,7 @@ def validate(options: dict) -> dict:
         config["interleave"] = interleave_default(config["backend"])
     if config["deadline"] is not None:
         _at_least(config, "deadline", 1)
+    _check_output(config)
     if not _BACKEND.match(config["backend"]):
         raise BadInput(f"--backend {config['backend']!r}: use cpu, cuda[:N], furiosa:auto "
                        f"or furiosa:N")
@@ -143,6 +156,37 @@ def validate(options: dict) -> dict:
 
         check_placement(layers, config["cards"], config["resident"])
     return config
+
+
+def _check_output(config: dict) -> None:
+    """The output options (issue 26): the trainer's own rules, refused here before queueing."""
+    for key in ("checkpoint_every", "eval_every"):
+        if config[key] is not None:
+            _at_least(config, key, 1)
+    _at_least(config, "keep_checkpoints", 1)
+    if config["merge"] and not config["lora"]:
+        raise BadInput("--merge needs --lora: a full fine-tune's output is already full weights")
+    if config["eval_split"] is not None and not 0 < config["eval_split"] < 1:
+        raise BadInput(f"--eval-split must be a fraction in (0, 1), got {config['eval_split']}")
+    if config["eval_split"] is not None and config["eval_data"] is not None:
+        raise BadInput("give --eval-data or --eval-split, not both")
+    if config["eval_data"] is not None:
+        config["eval_data"] = _check_data(config["eval_data"], option="--eval-data")
+    if config["eval_every"] is not None and config["eval_data"] is None \
+            and config["eval_split"] is None:
+        raise BadInput("--eval-every needs --eval-data or --eval-split: there is nothing "
+                       "to evaluate on")
+    if config["out"] is not None:
+        out = Path(config["out"]).expanduser()
+        if out.exists() and not out.is_dir():
+            raise BadInput(f"--out {config['out']!r}: a file is there, not a folder")
+        config["out"] = str(out.resolve())
+
+
+def output_dir(run: dict, runs_dir: Path) -> Path:
+    """Where a run's model and checkpoints go: ``--out``, else ``<runs_dir>/<id>/model``."""
+    out = run["config"].get("out")
+    return Path(out) if out else Path(runs_dir) / str(run["id"]) / MODEL_DIR
 
 
 def interleave_default(backend: str) -> int:
@@ -179,8 +223,14 @@ def model_layers(model: str) -> int | None:
 
 
 def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
-                 cache_dir: str | None = None, command: str = "train") -> list[str]:
-    """The trainer's command line for a run, as a list (never a shell string)."""
+                 cache_dir: str | None = None, command: str = "train",
+                 out_dir: str | None = None, on_checkpoint_error: str | None = None
+                 ) -> list[str]:
+    """The trainer's command line for a run, as a list (never a shell string).
+
+    ``out_dir``: where the trainer writes the model and its checkpoints, as the
+    trainer sees it (a launcher's choice: ``output_dir``, or a volume's path).
+    """
     c = run["config"]
     backends = ",".join([c["backend"]] * int(c["cards"]))
     argv = [python or "python", "-m", "trainer", command]
@@ -204,6 +254,20 @@ def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
         argv += ["--baseline", "--baseline-steps", str(baseline_steps(c))]
         if c.get("interleave"):
             argv += ["--interleave", str(c["interleave"])]
+    if c.get("lora") and c.get("merge"):
+        argv += ["--merge"]
+    if out_dir:
+        argv += ["--out", str(out_dir), "--keep-checkpoints", str(c.get("keep_checkpoints") or 2)]
+        if c.get("checkpoint_every"):
+            argv += ["--checkpoint-every", str(c["checkpoint_every"])]
+        if on_checkpoint_error:
+            argv += ["--on-checkpoint-error", on_checkpoint_error]
+    if c.get("eval_data"):
+        argv += ["--eval-data", c["eval_data"]]
+    if c.get("eval_split"):
+        argv += ["--eval-split", repr(float(c["eval_split"]))]
+    if c.get("eval_every"):
+        argv += ["--eval-every", str(c["eval_every"])]
     if log_path:
         argv += ["--log", str(log_path)]
     if cache_dir:
@@ -218,7 +282,9 @@ SETTABLE = {
     "cards": int, "resident": int, "steps": int, "baseline": bool, "baseline_steps": int,
     "model": str, "data": str, "seq_len": int, "accum": int, "lr": float, "seed": int,
     "lora": int, "backend": str, "image": str, "deadline": int, "precompile": bool, "name": str,
-    "interleave": int, "node": str,
+    "interleave": int, "node": str, "out": str, "checkpoint_every": int,
+    "keep_checkpoints": int, "merge": bool, "eval_data": str, "eval_split": float,
+    "eval_every": int,
 }
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 

@@ -9,8 +9,15 @@ Kinds:
 - ``start``: one per training pass. A Job with ``--baseline`` runs two passes
   (``baseline``, then ``main``), each opened by its own ``start`` record.
 - ``step``: one per optimizer step of a pass.
-- ``event``: anything worth a line in the note (a compile, a retry, a warning).
+- ``event``: anything worth a line in the note (a compile, a retry, a warning,
+  a checkpoint written, a resume: ``EVENTS`` names the ones readers act on).
+- ``eval``: the held-out loss of a pass at one step, over the whole held-out
+  set (schema 2). Never a step: its time is not in any step's ``step_s``.
 - ``end``: the last record of the process: status and error text.
+
+Each record carries the schema version ``v`` of its own shape: the four kinds
+of schema 1 still write 1 (their shape did not change), ``eval`` writes 2, so
+an older reader keeps reading every step of a newer trainer.
 
 Parsing never raises: a line that is not JSON, or JSON without ``kind``, is a
 log line; JSON with a known ``kind`` but the wrong shape is a ``Malformed``
@@ -30,7 +37,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: The version each kind is written with: the schema that gave it its shape.
+KIND_VERSION = {"start": 1, "step": 1, "event": 1, "end": 1, "eval": 2}
 
 #: Phase names in a step record's ``phases``, in seconds. The trainer times
 #: each phase on the host clock, one after another, so they add up to
@@ -56,8 +65,33 @@ PHASES = (
 #: resident layer on the cards.
 OPTIM_CALIBRATION = "optim_calibration"
 
-#: ``end`` statuses the trainer writes.
-END_STATUSES = ("ok", "error", "oom", "cancelled")
+#: ``end`` statuses the trainer writes. ``preempted``: SIGTERM (a deadline, a
+#: cancel, a node drain) stopped it after a whole step and a checkpoint, from
+#: which ``--resume`` goes on; ``cancelled``: the same without an output folder.
+END_STATUSES = ("ok", "error", "oom", "cancelled", "preempted")
+
+#: Event names that readers act on (``Event.event``), with what ``data`` holds:
+#:
+#: - ``checkpoint``: one was written. ``path``, ``step`` (the main pass's),
+#:   ``position`` ({pass label: steps done}), ``bytes``, ``seconds``.
+#: - ``checkpoint_failed``: one could not be written (a full disk); the one
+#:   before it is kept. ``path``, ``step``, ``error``, ``action``
+#:   (``continue`` or ``stop``).
+#: - ``resume``: the process went on from a checkpoint. ``path``, ``step``,
+#:   ``position``, ``seconds`` (reading and checking it).
+#: - ``checkpoint_bad``: a complete-looking checkpoint failed its check and
+#:   was passed over for an older one. ``path``, ``error``.
+#: - ``saved``: the output model was written. ``path``, ``format`` (``full``,
+#:   ``peft`` or ``merged``), ``files`` ({name: sha256}), ``bytes``, ``seconds``.
+CHECKPOINT, CHECKPOINT_FAILED, RESUME, CHECKPOINT_BAD, SAVED = (
+    "checkpoint", "checkpoint_failed", "resume", "checkpoint_bad", "saved")
+EVENTS = (CHECKPOINT, CHECKPOINT_FAILED, RESUME, CHECKPOINT_BAD, SAVED)
+
+#: Keys of an ``end`` record's ``data`` beside ``steps``: ``phases`` (seconds
+#: outside every step: ``eval_s``, ``checkpoint_s``, ``save_s``, ``resume_s``),
+#: ``model_dir`` (the saved model, when one was written) and ``checkpoint``
+#: (the newest complete checkpoint, when there is one).
+END_PHASES = ("eval_s", "checkpoint_s", "save_s", "resume_s")
 
 #: Exit codes the trainer uses, so a launcher can tell them apart without the
 #: ``end`` record (the log may be truncated).
@@ -130,6 +164,26 @@ class End:
 
 
 @dataclass(frozen=True)
+class Eval:
+    """The held-out loss of one pass after ``step`` optimizer steps (0: before any)."""
+
+    config_label: str
+    step: int
+    loss: float
+    tokens: int  # label tokens the loss is the mean over
+    examples: int
+    seconds: float  # the evaluation's own wall time
+    time: float | None = None
+
+    @property
+    def perplexity(self) -> float:
+        try:
+            return math.exp(self.loss)
+        except OverflowError:
+            return math.inf
+
+
+@dataclass(frozen=True)
 class LogLine:
     """A line that is not a record: plain trainer output."""
 
@@ -144,8 +198,8 @@ class Malformed:
     reason: str
 
 
-Record = Start | Step | Event | End
-Parsed = Start | Step | Event | End | LogLine | Malformed
+Record = Start | Step | Event | End | Eval
+Parsed = Start | Step | Event | End | Eval | LogLine | Malformed
 
 
 # === Writing (trainer side) ==================================================
@@ -164,7 +218,7 @@ def to_dict(record: Record) -> dict:
     if isinstance(record, Start):
         return {
             "kind": "start",
-            "v": SCHEMA_VERSION,
+            "v": KIND_VERSION["start"],
             "config_label": record.config_label,
             "run_id": record.run_id,
             "config": record.config,
@@ -176,7 +230,7 @@ def to_dict(record: Record) -> dict:
     if isinstance(record, Step):
         d = {
             "kind": "step",
-            "v": SCHEMA_VERSION,
+            "v": KIND_VERSION["step"],
             "config_label": record.config_label,
             "step": record.step,
             "loss": _number(float(record.loss)),
@@ -192,7 +246,7 @@ def to_dict(record: Record) -> dict:
     if isinstance(record, Event):
         return {
             "kind": "event",
-            "v": SCHEMA_VERSION,
+            "v": KIND_VERSION["event"],
             "event": record.event,
             "message": record.message,
             "config_label": record.config_label,
@@ -202,11 +256,24 @@ def to_dict(record: Record) -> dict:
     if isinstance(record, End):
         return {
             "kind": "end",
-            "v": SCHEMA_VERSION,
+            "v": KIND_VERSION["end"],
             "status": record.status,
             "error": record.error,
             "config_label": record.config_label,
             "data": record.data,
+            "time": now,
+        }
+    if isinstance(record, Eval):
+        return {
+            "kind": "eval",
+            "v": KIND_VERSION["eval"],
+            "config_label": record.config_label,
+            "step": record.step,
+            "loss": _number(float(record.loss)),
+            "perplexity": _number(record.perplexity),
+            "tokens": record.tokens,
+            "examples": record.examples,
+            "seconds": record.seconds,
             "time": now,
         }
     raise TypeError(f"not a record: {record!r}")
@@ -430,6 +497,19 @@ def _from_dict(obj: dict) -> Parsed:
             error=None if error is None else str(error),
             config_label=_label(obj, default=None),
             data=data,
+            time=_time(obj),
+        )
+    if kind == "eval":
+        step, tokens, examples = (_as_int(obj[k]) for k in ("step", "tokens", "examples"))
+        if step < 0 or tokens < 0 or examples < 0:
+            raise ValueError("step, tokens and examples must be 0 or more")
+        return Eval(
+            config_label=_label(obj),
+            step=step,
+            loss=_as_float(obj["loss"]),
+            tokens=tokens,
+            examples=examples,
+            seconds=_as_finite(obj["seconds"], "seconds"),
             time=_time(obj),
         )
     raise ValueError(f"unknown kind {kind!r}")

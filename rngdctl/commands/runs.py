@@ -62,6 +62,23 @@ class CardsParam(click.ParamType):
 @click.option("--seed", type=int, help="Seed for init and data order (default 0).")
 @click.option("--lora", type=int, help="Train LoRA adapters of this rank instead of --full.")
 @click.option("--backend", help="cpu, cuda[:N], furiosa:auto or furiosa:N (default cpu).")
+@click.option("--merge", is_flag=True, default=None,
+              help="With --lora: save merged full weights instead of the PEFT adapter.")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Folder for the fine-tuned model and its checkpoints (default: "
+                   "HOME/runs/<id>/model; on k8s, the [k8s] output_volume).")
+@click.option("--checkpoint-every", type=int, metavar="N",
+              help="Write a checkpoint every N steps (default: only when stopped); "
+                   "`rngdctl resume` goes on from the newest.")
+@click.option("--keep-checkpoints", type=int, metavar="K",
+              help="Checkpoints kept (default 2); the oldest goes once a new one is complete.")
+@click.option("--eval-data", metavar="SPEC",
+              help="Held-out data for the held-out loss (same forms as --data).")
+@click.option("--eval-split", type=float, metavar="F",
+              help="Hold out this fraction of --data (by example) for the held-out loss.")
+@click.option("--eval-every", type=int, metavar="N",
+              help="Held-out loss every N steps (default: before the first and after the "
+                   "last).")
 @click.option("--image", help="Container image (k8s launcher).")
 @click.option("--deadline", type=int, help="Seconds before the run is stopped (timeout).")
 @click.option("--precompile", is_flag=True, default=None,
