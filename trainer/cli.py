@@ -2,7 +2,9 @@
 
 Records go to stdout (and ``--log FILE``), human lines to stderr. Exit codes
 (trainer.records): 0 ok, 1 error, 2 bad input, 3 out of memory; 143 after
-SIGTERM (an ``end`` record with status ``cancelled`` is written first).
+SIGTERM, which stops the run after the step in progress: with ``--out`` it
+writes a checkpoint and an ``end`` record with status ``preempted``, without
+one ``cancelled``.
 
 Examples:
 
@@ -20,7 +22,7 @@ import signal
 import sys
 import traceback
 
-from trainer.errors import Cancelled, DeviceOutOfMemory, TrainerError, UsageError
+from trainer.errors import Cancelled, DeviceOutOfMemory, Preempted, TrainerError, UsageError
 from trainer.records import EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_USAGE, End, RecordWriter
 
 EXIT_CANCELLED = 128 + signal.SIGTERM
@@ -83,6 +85,30 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--cache-dir", default=None,
                    help="tokenizer cache (default $RNGDCTL_CACHE or ~/.cache/rngdctl)")
     t.add_argument("--log", default=None, metavar="FILE", help="also write the records here")
+    o = t.add_argument_group("the run's output")
+    o.add_argument("--out", default=None, metavar="DIR",
+                   help="write the fine-tuned model here at the end (a transformers folder, or "
+                        "a PEFT adapter with --lora), and checkpoints under DIR/checkpoints")
+    o.add_argument("--merge", action="store_true",
+                   help="with --lora: write merged full weights instead of the adapter")
+    o.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="a checkpoint every N main steps (default: only on SIGTERM)")
+    o.add_argument("--keep-checkpoints", type=int, default=2, metavar="K",
+                   help="keep the newest K complete checkpoints (default 2)")
+    o.add_argument("--resume", default="auto", metavar="auto|PATH",
+                   help="auto (default): go on from the newest complete checkpoint under "
+                        "--out, if there is one; PATH: from that checkpoint")
+    o.add_argument("--on-checkpoint-error", choices=("continue", "stop"), default="continue",
+                   help="a checkpoint that cannot be written (a full disk): go on training, "
+                        "the previous one kept, or stop (default continue)")
+    e = t.add_argument_group("the held-out loss")
+    e.add_argument("--eval-data", default=None, metavar="SPEC",
+                   help="held-out data, in --data's forms")
+    e.add_argument("--eval-split", type=float, default=None, metavar="F",
+                   help="hold out this fraction of --data's examples instead")
+    e.add_argument("--eval-every", type=int, default=None, metavar="N",
+                   help="the held-out loss every N main steps (default: before the first and "
+                        "after the last only)")
     t.set_defaults(func=cmd_train)
 
     c = sub.add_parser("check", help="compare one forward and backward on a backend with CPU fp32",
@@ -164,40 +190,53 @@ def cmd_train(args) -> int:
         max_grad_norm=args.max_grad_norm, data=args.data, seed=args.seed,
         checkpoint=args.checkpoint_layers, threads=args.threads, baseline=args.baseline,
         baseline_steps=args.baseline_steps, settle=args.settle,
-        interleave=args.interleave, cache_dir=args.cache_dir, log=args.log)
-    label = None
+        interleave=args.interleave, cache_dir=args.cache_dir, log=args.log, out=args.out,
+        merge=args.merge, checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints, resume=args.resume,
+        on_checkpoint_error=args.on_checkpoint_error, eval_data=args.eval_data,
+        eval_split=args.eval_split, eval_every=args.eval_every)
+    recipe = None
+
+    def end(status: str, error: str | None = None, **data) -> None:
+        label = getattr(recipe, "label", None)
+        output = recipe.output.end_data() if recipe is not None else {}
+        writer.write(End(status=status, error=error, config_label=label,
+                         data={**output, **data}))
+
     try:
         recipe = Recipe(cfg, writer, should_stop=stop)
         recipe.setup()
         summaries = recipe.run()
-        last = summaries[-1]
-        writer.write(End(status="ok", config_label=last.label,
-                         data={"steps": {s.label: len(s.losses) for s in summaries}}))
+        recipe.label = summaries[-1].label
+        end("ok", steps={s.label: len(s.losses) for s in summaries})
         return EXIT_OK
+    except Preempted as exc:
+        end("preempted", str(exc))
+        log(str(exc))
+        return EXIT_CANCELLED
     except Cancelled as exc:
-        label = getattr(locals().get("recipe"), "label", None)
-        writer.write(End(status="cancelled", error=str(exc), config_label=label))
+        end("cancelled", str(exc))
         log(str(exc))
         return EXIT_CANCELLED
     except DeviceOutOfMemory as exc:
-        label = getattr(locals().get("recipe"), "label", None)
-        writer.write(End(status="oom", error=str(exc), config_label=label,
-                         data={"where": exc.where}))
+        end("oom", str(exc), where=exc.where)
         print(f"trainer: {exc}", file=sys.stderr)
         return EXIT_OOM
     except UsageError as exc:
-        writer.write(End(status="error", error=str(exc), config_label=label))
+        end("error", str(exc))
         print(f"trainer: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except TrainerError as exc:  # a checkpoint that could not be written, with 'stop'
+        end("error", str(exc))
+        print(f"trainer: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except Exception as exc:  # noqa: BLE001 - anything unexpected: the record, then the traceback
-        label = getattr(locals().get("recipe"), "label", None)
         known = _backend_failure(exc, args.backend)
         if known is not None:  # an op the card's package cannot run: bad input, one line
-            writer.write(End(status="error", error=known, config_label=label))
+            end("error", known)
             print(f"trainer: error: {known}", file=sys.stderr)
             return EXIT_USAGE
-        writer.write(End(status="error", error=f"{type(exc).__name__}: {exc}",
-                         config_label=label))
+        end("error", f"{type(exc).__name__}: {exc}")
         traceback.print_exc()
         return EXIT_ERROR
     finally:

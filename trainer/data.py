@@ -150,10 +150,17 @@ def encode(examples: list[Example], tokenizer, seq_len: int) -> tuple[torch.Tens
     return ids, labels
 
 
-def synthetic(seq_len: int, vocab: int, seed: int, count: int = SYNTHETIC_POOL):
-    """``count`` sequences of a random Markov chain with four successors per token."""
+def synthetic(seq_len: int, vocab: int, seed: int, count: int = SYNTHETIC_POOL,
+              draw: int | None = None):
+    """``count`` sequences of a random Markov chain with four successors per token.
+
+    ``draw``: sequences drawn with a generator of their own from the same chain
+    (held-out data for the seed's training pool); None: the training pool.
+    """
     gen = torch.Generator().manual_seed(10_000 + seed)
     successors = torch.randint(0, vocab, (vocab, SYNTHETIC_BRANCHING), generator=gen)
+    if draw is not None:
+        gen = torch.Generator().manual_seed(20_000 + draw)
     ids = torch.empty((count, seq_len), dtype=torch.long)
     ids[:, 0] = torch.randint(0, vocab, (count,), generator=gen)
     for t in range(1, seq_len):
@@ -173,29 +180,91 @@ class Batches:
         self.micro_batch, self.seed = micro_batch, seed
 
     def __iter__(self) -> Iterator[MicroBatch]:
-        epoch = 0
+        return self.stream()
+
+    @property
+    def per_epoch(self) -> int:
+        """Micro-batches in one pass over the examples (a last partial one is dropped)."""
+        return self.ids.shape[0] // self.micro_batch
+
+    def stream(self, skip: int = 0) -> Iterator[MicroBatch]:
+        """The stream from its ``skip``-th micro-batch on: where a resumed pass goes on."""
+        epoch, first = divmod(skip, self.per_epoch)
         while True:
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             order = torch.randperm(self.ids.shape[0], generator=gen)
-            for start in range(0, len(order) - self.micro_batch + 1, self.micro_batch):
-                rows = order[start: start + self.micro_batch]
-                ids = self.ids[rows]
-                labels = self.labels[rows]
-                # Attend to everything up to the last real token of each row.
-                real = (labels != -100) | (ids != self.pad_id)
-                last = torch.where(real, torch.arange(ids.shape[1]), -1).max(dim=1).values
-                mask = (torch.arange(ids.shape[1])[None, :] <= last[:, None]).long()
-                yield MicroBatch(ids, mask, labels)
-            epoch += 1
+            for start in range(first * self.micro_batch, len(order) - self.micro_batch + 1,
+                               self.micro_batch):
+                yield _micro_batch(self.ids, self.labels, self.pad_id,
+                                   order[start: start + self.micro_batch])
+            epoch, first = epoch + 1, 0
+
+
+def _micro_batch(all_ids: torch.Tensor, all_labels: torch.Tensor, pad_id: int,
+                 rows: torch.Tensor) -> MicroBatch:
+    ids, labels = all_ids[rows], all_labels[rows]
+    # Attend to everything up to the last real token of each row.
+    real = (labels != -100) | (ids != pad_id)
+    last = torch.where(real, torch.arange(ids.shape[1]), -1).max(dim=1).values
+    mask = (torch.arange(ids.shape[1])[None, :] <= last[:, None]).long()
+    return MicroBatch(ids, mask, labels)
 
 
 def make_batches(source: Source, tokenizer, seq_len: int, micro_batch: int, seed: int,
                  vocab: int) -> Batches:
+    ids, labels, pad_id = encoded(source, tokenizer, seq_len, seed, vocab)
+    return Batches(ids, labels, pad_id, micro_batch, seed)
+
+
+def encoded(source: Source, tokenizer, seq_len: int, seed: int, vocab: int,
+            draw: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(token ids, labels, pad id) of every example, one row each (``draw``: see synthetic)."""
     if source.kind == "synthetic":
-        ids, labels = synthetic(seq_len, vocab, seed)
-        return Batches(ids, labels, pad_id=-1, micro_batch=micro_batch, seed=seed)
+        ids, labels = synthetic(seq_len, vocab, seed, count=SYNTHETIC_EVAL if draw is not None
+                                else SYNTHETIC_POOL, draw=draw)
+        return ids, labels, -1
     ids, labels = encode(source.examples, tokenizer, seq_len)
-    return Batches(ids, labels, tokenizer.pad_token_id, micro_batch, seed)
+    return ids, labels, tokenizer.pad_token_id
+
+
+# === Held-out data ===========================================================
+
+#: Sequences of ``--eval-data synthetic``: new draws from the training pool's chain.
+SYNTHETIC_EVAL = 256
+
+
+def hold_out(ids: torch.Tensor, labels: torch.Tensor, fraction: float, seed: int,
+             micro_batch: int) -> tuple[tuple[torch.Tensor, torch.Tensor],
+                                        tuple[torch.Tensor, torch.Tensor]]:
+    """((train ids, labels), (held-out ids, labels)): a seeded ``fraction`` of the examples
+    held out, disjoint by example (a row is one example)."""
+    n = ids.shape[0]
+    held = max(1, round(n * fraction))
+    if n - held < micro_batch:
+        raise UsageError(f"--eval-split {fraction} of {n} examples leaves {n - held} to train "
+                         f"on, fewer than a micro-batch of {micro_batch}")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 - 1))
+    test, train = order[:held].sort().values, order[held:].sort().values
+    return (ids[train], labels[train]), (ids[test], labels[test])
+
+
+def eval_batches(ids: torch.Tensor, labels: torch.Tensor, pad_id: int,
+                 micro_batch: int) -> list[MicroBatch]:
+    """Every held-out example once, in order, in micro-batches of the training shape.
+
+    The last one is filled up with rows that carry no loss (labels -100), so a
+    card runs the graph it compiled for training, and the mean is unchanged.
+    """
+    n = ids.shape[0]
+    rows = torch.arange(n)
+    fill = (-n) % micro_batch
+    if fill:
+        ids = torch.cat([ids, ids[:1].expand(fill, -1)])
+        labels = torch.cat([labels, torch.full((fill, labels.shape[1]), -100,
+                                               dtype=labels.dtype)])
+        rows = torch.arange(n + fill)
+    return [_micro_batch(ids, labels, pad_id, rows[i: i + micro_batch])
+            for i in range(0, len(rows), micro_batch)]
 
 
 def tokenizer_vocab(texts: list[str]) -> int:

@@ -1,19 +1,6 @@
 """The layer engine: a causal LM trained layer by layer across cards and the host.
 
-Placement (``Placement.plan``)
-------------------------------
-The backend list names the cards in layer order. Layers 0..L-1 are cut into
-contiguous blocks, one per card, as even as possible (the first cards take
-the extra layer when L does not divide). On every card the first R layers of
-its block are *resident*: their fp32 master weights, gradients and AdamW state
-live on the card and the card updates them. The other layers of the block are
-*offloaded*: their fp32 masters and AdamW state live in host memory; the card
-holds only their compute weights and gradients.
-
-The embedding lives on the first card; the final norm and the head on the last
-card (on the first card when the head is tied to the embedding, so the one
-shared weight has one master). They are always resident: they are used by
-every micro-batch and updated by the card's optimizer.
+Placement: trainer/placement.py.
 
 One optimizer step (``LayerEngine.step``), phases timed one after another
 --------------------------------------------------------------------------
@@ -56,73 +43,13 @@ from torch import nn
 from trainer import models, optim
 from trainer.backends import Backend
 from trainer.data import MicroBatch
-from trainer.errors import Cancelled, DeviceOutOfMemory, UsageError
+from trainer.errors import DeviceOutOfMemory, UsageError
+from trainer.placement import Placement, _block  # noqa: F401 - _block: tests read it here
 from trainer.records import PHASES
 
 # Fault injection for tests of the out-of-memory path: "layer=N,phase=P"
 # raises torch.OutOfMemoryError when the engine reaches that layer and phase.
 INJECT_OOM_ENV = "RNGDCTL_TRAINER_INJECT_OOM"
-
-
-# === Placement ===============================================================
-
-
-@dataclass(frozen=True)
-class Placement:
-    layers: int
-    cards: int
-    resident_per_card: int
-    card_of_layer: tuple[int, ...]
-    resident: tuple[bool, ...]
-    head_card: int
-
-    @classmethod
-    def plan(cls, layers: int, cards: int, resident_per_card: int, tied: bool) -> Placement:
-        if cards > layers:
-            raise UsageError(f"{cards} cards for {layers} layers: every card needs a layer")
-        if resident_per_card < 0:
-            raise UsageError("--resident-layers must be 0 or more")
-        # Refused, never clamped: the same rule and words as daemon/stepmodel.check_placement,
-        # so that what `submit` and `model` accept is what the trainer runs.
-        most = min(hi - lo for lo, hi in (_block(layers, cards, c) for c in range(cards)))
-        if resident_per_card > most:
-            raise UsageError(
-                f"{resident_per_card} resident layers per card is more than the {most} "
-                f"layers a card holds ({layers} layers on {cards} cards)")
-        card_of, resident = [], []
-        for c in range(cards):
-            # Blocks as even as possible, the extra layers on the first cards.
-            lo, hi = _block(layers, cards, c)
-            for i in range(lo, hi):
-                card_of.append(c)
-                resident.append(i - lo < resident_per_card)
-        return cls(layers, cards, resident_per_card, tuple(card_of), tuple(resident),
-                   head_card=0 if tied else cards - 1)
-
-    def block(self, card: int) -> range:
-        return range(*_block(self.layers, self.cards, card))
-
-    @property
-    def resident_layers(self) -> int:
-        return sum(self.resident)
-
-    @property
-    def offloaded_layers(self) -> int:
-        return self.layers - self.resident_layers
-
-    def describe(self) -> str:
-        parts = []
-        for c in range(self.cards):
-            b = self.block(c)
-            r = [i for i in b if self.resident[i]]
-            parts.append(f"card {c}: layers {b.start}-{b.stop - 1}, resident {len(r)}")
-        return "; ".join(parts)
-
-
-def _block(layers: int, cards: int, card: int) -> tuple[int, int]:
-    base, extra = divmod(layers, cards)
-    lo = card * base + min(card, extra)
-    return lo, lo + base + (1 if card < extra else 0)
 
 
 # === Flat parameter storage ==================================================
@@ -202,6 +129,10 @@ class StepResult:
     grad_norm: float
 
 
+#: What torch's AdamW keeps per parameter, all of it in a checkpoint.
+MOMENTS = ("exp_avg", "exp_avg_sq", "step")
+
+
 # === The engine ==============================================================
 
 
@@ -210,13 +141,12 @@ class LayerEngine:
 
     def __init__(self, model: nn.Module, backends: list[Backend], resident_per_card: int,
                  lr: float, weight_decay: float, max_grad_norm: float,
-                 checkpoint: bool = False, should_stop: Callable[[], bool] = lambda: False):
+                 checkpoint: bool = False):
         self.model = model
         self.config = model.config
         self.backends = backends
         self.max_grad_norm = max_grad_norm
         self.checkpoint = checkpoint
-        self.should_stop = should_stop
         self.where = "setup"
         self.keep_logits = False  # trainer check reads the logits back
         self.last_logits: list[torch.Tensor] = []
@@ -244,8 +174,13 @@ class LayerEngine:
 
         # Per card and group: the parameters the card's own optimizer updates.
         dev_params = [{"decay": [], "no_decay": []} for _ in self.backends]
+        #: Every optimizer parameter by a name that does not depend on where it lives, with
+        #: its place (a card's index, or "host"): what a checkpoint holds (``state_tensors``).
+        self.trainable: list[tuple[str, nn.Parameter, int | str]] = []
         self._edge_grads: list[torch.Tensor] = []
-        for module, card in ((self.embed, 0), (self.norm, p.head_card), (self.head, p.head_card)):
+        for piece, module, card in (("embed", self.embed, 0), ("norm", self.norm, p.head_card),
+                                    ("head", self.head, p.head_card)):
+            names = {id(q): n for n, q in module.named_parameters()}
             for group, params in _split_groups(module).items():
                 for q in params:
                     if any(q is o for o in dev_params[card][group]):
@@ -253,6 +188,7 @@ class LayerEngine:
                     q.grad = torch.zeros_like(q)
                     dev_params[card][group].append(q)
                     self._edge_grads.append(q.grad)
+                    self.trainable.append((f"{piece}.{names[id(q)]}", q, card))
 
         host_params = {"decay": [], "no_decay": []}
         self.slots: list[LayerSlot] = []
@@ -269,6 +205,8 @@ class LayerEngine:
                     flat, grad = _flatten(params, dev)
                     slot.dev_flat[group], slot.dev_grad[group] = flat, grad
                     dev_params[card][group].append(_as_param(flat, grad))
+                    self.trainable.append((f"layers.{i}.{group}", dev_params[card][group][-1],
+                                           card))
             else:
                 # Offloaded: the model's own layer, flattened in host memory, is
                 # the master; the card gets a compute copy of the same shape.
@@ -279,6 +217,8 @@ class LayerEngine:
                     flat, grad = _flatten(params, torch.device("cpu"), pin=pin)
                     slot.host_master[group] = _as_param(flat, grad)
                     host_params[group].append(slot.host_master[group])
+                    self.trainable.append((f"layers.{i}.{group}", slot.host_master[group],
+                                           "host"))
                 for group, params in _split_groups(module).items():
                     slot.dev_flat[group], slot.dev_grad[group] = _flatten(params, dev)
             self.slots.append(slot)
@@ -366,6 +306,28 @@ class LayerEngine:
 
     def _forward_backward(self, mb: MicroBatch, label_tokens: int) -> torch.Tensor:
         """Forward and backward of one micro-batch; returns its loss share (on the head card)."""
+        loss, embedded, inputs, outputs, x_head = self._forward(mb, label_tokens)
+        self.where = "backward of the head"
+        loss.backward()
+
+        grad = x_head.grad
+        for s, x, out in zip(reversed(self.slots), reversed(inputs), reversed(outputs)):
+            self._at(s.index, "backward")
+            if callable(out):
+                out = out()
+            torch.autograd.backward(out, grad.to(out.device))
+            grad = x.grad
+        if embedded.requires_grad:  # a frozen embedding (LoRA) needs no backward
+            self.where = "backward of the embedding"
+            torch.autograd.backward(embedded, grad.to(embedded.device))
+        return loss.detach()
+
+    def _forward(self, mb: MicroBatch, label_tokens: int):
+        """Forward of one micro-batch, layer by layer with detached boundaries.
+
+        Returns (its loss share, the embedding's output, each layer's input and
+        output (a recompute function with --checkpoint-layers), the head's input).
+        """
         from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
         p, first = self.placement, self.backends[0]
@@ -417,28 +379,41 @@ class LayerEngine:
         # (transformers' after its shift; the furiosa backend's after its bookkeeping).
         loss = self.loss_function(logits, mb.labels, self.config.vocab_size,
                                   num_items_in_batch=label_tokens)
-        self.where = "backward of the head"
-        loss.backward()
+        return loss, embedded, inputs, outputs, x_head
 
-        grad = x_head.grad
-        for s, x, out in zip(reversed(self.slots), reversed(inputs), reversed(outputs)):
-            self._at(s.index, "backward")
-            if callable(out):
-                out = out()
-            torch.autograd.backward(out, grad.to(out.device))
-            grad = x.grad
-        if embedded.requires_grad:  # a frozen embedding (LoRA) needs no backward
-            self.where = "backward of the embedding"
-            torch.autograd.backward(embedded, grad.to(embedded.device))
-        return loss.detach()
+    # --- the held-out loss ---------------------------------------------------
+
+    def evaluate(self, batches: list[MicroBatch]) -> tuple[float, int]:
+        """(mean loss over ``batches``' label tokens, those tokens): forward only, no update.
+
+        The same path as a step's forward, on the same cards: the offloaded
+        layers' compute copies get the masters first (a step uploads them at its
+        start, so after an update they are one step old).
+        """
+        label_tokens = sum(mb.label_tokens for mb in batches)
+        cards = range(len(self.backends))
+        with torch.no_grad(), self._guard("eval", cards):
+            for s in self.slots:
+                if not s.resident:
+                    self._at(s.index, "upload")
+                    for group, master in s.host_master.items():
+                        self.backends[s.card].upload(s.dev_flat[group], master.detach())
+            total = None
+            for mb in batches:
+                part = self._forward(mb, label_tokens)[0].detach()
+                total = part if total is None else total + part
+            self._sync_all()
+        return (float(total) if total is not None else float("nan")), label_tokens
 
     # --- bookkeeping ---------------------------------------------------------
 
     def _at(self, layer: int, phase: str) -> None:
-        """Mark where the engine is (for an out-of-memory message) and honour SIGTERM."""
+        """Mark where the engine is (for an out-of-memory message).
+
+        SIGTERM is not honoured here: a step, once begun, finishes, so that the
+        trainer can write a checkpoint after it (trainer/train.py).
+        """
         self.where = f"{phase} of layer {layer} on card {self.placement.card_of_layer[layer]}"
-        if self.should_stop():
-            raise Cancelled(f"cancelled at {self.where}")
         if self._inject == (layer, phase):
             raise torch.OutOfMemoryError(f"injected by {INJECT_OOM_ENV}")
 
@@ -455,7 +430,7 @@ class LayerEngine:
     def _guard(self, name: str, cards):
         try:
             yield
-        except (Cancelled, UsageError):
+        except UsageError:
             raise
         except (RuntimeError, MemoryError) as exc:
             if any(b.is_oom(exc) for b in self.backends):
@@ -470,6 +445,47 @@ class LayerEngine:
     def device_peaks_gb(self) -> list[float] | None:
         peaks = [b.peak_gb() for b in self.backends]
         return None if any(x is None for x in peaks) else [round(x, 4) for x in peaks]
+
+    # --- the state a checkpoint holds -----------------------------------------
+
+    def _optimizer(self, place: int | str) -> torch.optim.Optimizer:
+        return self.host_opt if place == "host" else self.device_opts[place]
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Every master and its AdamW state, where they live, by names that do not depend
+        on the placement (``layers.3.decay.master``, ``embed.weight.exp_avg``, ...)."""
+        out = {}
+        for name, param, place in self.trainable:
+            out[f"{name}.master"] = param.detach()
+            state = self._optimizer(place).state.get(param, {})
+            for key in MOMENTS:
+                if key in state:
+                    out[f"{name}.{key}"] = state[key]
+        return out
+
+    def state_layout(self, moments: bool) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """The (shape, dtype) of each tensor ``state_tensors`` gives once a step has run
+        (``moments``) or before."""
+        out = {}
+        for name, param, _ in self.trainable:
+            out[f"{name}.master"] = (tuple(param.shape), param.dtype)
+            if moments:
+                out[f"{name}.exp_avg"] = out[f"{name}.exp_avg_sq"] = out[f"{name}.master"]
+                out[f"{name}.step"] = ((), torch.float32)
+        return out
+
+    def load_state(self, fetch: Callable[[str], torch.Tensor], moments: bool) -> None:
+        """Masters (and AdamW state) from a checkpoint's tensors, one at a time, in place.
+
+        The caller has checked the layout (``state_layout``) first: nothing
+        here can fail half-way on a tensor of the wrong shape.
+        """
+        for name, param, place in self.trainable:
+            param.detach().copy_(fetch(f"{name}.master"))
+            if moments:
+                self._optimizer(place).state[param] = {
+                    key: fetch(f"{name}.{key}").to(param.device).clone() for key in MOMENTS}
+        self._sync_all()
 
     # --- reading the model back ----------------------------------------------
 

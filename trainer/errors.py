@@ -16,7 +16,15 @@ class BackendUnavailable(UsageError):
 
 
 class Cancelled(TrainerError):
-    """SIGTERM arrived: the run stops at the next layer boundary."""
+    """SIGTERM arrived and the run has no output folder: it stopped after a whole step."""
+
+
+class Preempted(TrainerError):
+    """SIGTERM arrived: the run stopped after a whole step and its checkpoint."""
+
+    def __init__(self, message: str, checkpoint: str | None):
+        super().__init__(message)
+        self.checkpoint = checkpoint
 
 
 class DeviceOutOfMemory(TrainerError):

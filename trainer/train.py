@@ -25,6 +25,14 @@ With ``--baseline`` two things keep the step-time model's comparison honest
   ``interleaved_order``), each on its own model, schedule and data stream,
   so slow drift of the host hits both alike. Each pass's losses are those of
   the pass run alone (tested).
+
+With ``--out DIR`` the run delivers its result (trainer/output.py): the model
+at the end (trainer/save.py), checkpoints every ``--checkpoint-every`` main
+steps and when SIGTERM stops it after a whole step (trainer/checkpoint.py),
+and ``--resume`` (default ``auto``) goes on from the newest one exactly as if
+it had never stopped. ``--eval-data``/``--eval-split`` add the main pass's
+held-out loss before its first step, every ``--eval-every`` steps and after
+its last, as ``eval`` records outside every step's time.
 """
 
 from __future__ import annotations
@@ -40,8 +48,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trainer import records
-from trainer.errors import UsageError
-from trainer.records import BASELINE, MAIN, OPTIM_CALIBRATION, Event, RecordWriter, Start, Step
+from trainer.errors import Cancelled, UsageError
+from trainer.records import (
+    BASELINE,
+    MAIN,
+    OPTIM_CALIBRATION,
+    Eval,
+    Event,
+    RecordWriter,
+    Start,
+    Step,
+)
 
 #: The baseline pass's steps when --baseline-steps is not given (at most --steps):
 #: interleaved, beside the whole run up to 200; one after the other, up to 40
@@ -80,6 +97,17 @@ class TrainConfig:
     interleave: int = 0  # with --baseline: alternate the passes in blocks of this many steps
     cache_dir: str | None = None  # where trained tokenizers are cached
     log: str | None = None  # records also go to this file
+    # --- the run's output (trainer/output.py) ---
+    out: str | None = None  # the saved model and checkpoints/ go here
+    merge: bool = False  # with --lora: merged full weights instead of the adapter
+    checkpoint_every: int | None = None  # main steps between checkpoints; None: on SIGTERM only
+    keep_checkpoints: int = 2
+    resume: str = "auto"  # auto: the newest complete checkpoint under out, if any; or a PATH
+    on_checkpoint_error: str = "continue"  # a checkpoint that cannot be written: go on or stop
+    # --- the held-out loss ---
+    eval_data: str | None = None  # same forms as data
+    eval_split: float | None = None  # or this fraction of data, held out by example
+    eval_every: int | None = None  # main steps between evaluations (and before the first)
 
     def validate(self) -> None:
         for name in ("steps", "seq_len", "accum", "micro_batch"):
@@ -103,6 +131,28 @@ class TrainConfig:
             raise UsageError("--settle must be 0 or more")
         if self.interleave < 0:
             raise UsageError("--interleave must be 0 (off) or a block of steps")
+        self._validate_output()
+
+    def _validate_output(self) -> None:
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise UsageError("--checkpoint-every must be at least 1")
+        if self.keep_checkpoints < 1:
+            raise UsageError("--keep-checkpoints must be at least 1")
+        if self.out is None and (self.checkpoint_every or self.resume != "auto"):
+            raise UsageError("--checkpoint-every and --resume need --out (where checkpoints go)")
+        if self.merge and not self.lora:
+            raise UsageError("--merge needs --lora")
+        if self.on_checkpoint_error not in ("continue", "stop"):
+            raise UsageError("--on-checkpoint-error must be continue or stop")
+        if self.eval_data is not None and self.eval_split is not None:
+            raise UsageError("give --eval-data or --eval-split, not both")
+        if self.eval_split is not None and not 0 < self.eval_split < 1:
+            raise UsageError("--eval-split must be a fraction in (0, 1)")
+        if self.eval_every is not None:
+            if self.eval_every < 1:
+                raise UsageError("--eval-every must be at least 1")
+            if self.eval_data is None and self.eval_split is None:
+                raise UsageError("--eval-every needs --eval-data or --eval-split")
 
 
 @dataclass
@@ -120,10 +170,15 @@ def log(msg: str) -> None:
 class Recipe:
     def __init__(self, cfg: TrainConfig, writer: RecordWriter,
                  should_stop: Callable[[], bool] = lambda: False):
+        from trainer.output import RunOutput
+
         cfg.validate()
         self.cfg = cfg
         self.writer = writer
+        #: SIGTERM or SIGINT arrived: checked between steps, never inside one.
         self.should_stop = should_stop
+        self.output = RunOutput(self)
+        self.eval_set = None
 
     # --- setup ---------------------------------------------------------------
 
@@ -159,9 +214,24 @@ class Recipe:
             self.vocab = vocab
         else:
             self.vocab = len(self.tokenizer) if self.tokenizer else data.SYNTHETIC_VOCAB
-        self.batches = data.make_batches(self.source, self.tokenizer, cfg.seq_len,
-                                         cfg.micro_batch, cfg.seed,
-                                         min(self.vocab, data.SYNTHETIC_VOCAB))
+        vocab = min(self.vocab, data.SYNTHETIC_VOCAB)
+        ids, labels, pad = data.encoded(self.source, self.tokenizer, cfg.seq_len, cfg.seed, vocab)
+        held = None
+        if cfg.eval_split is not None:
+            (ids, labels), held = data.hold_out(ids, labels, cfg.eval_split, cfg.seed,
+                                                cfg.micro_batch)
+            held = (*held, pad)
+        elif cfg.eval_data is not None:
+            eval_source = data.open_source(cfg.eval_data)
+            if (eval_source.kind == "synthetic") != (self.source.kind == "synthetic"):
+                raise UsageError(f"--eval-data {cfg.eval_data}: synthetic held-out data goes "
+                                 f"with synthetic training data only, text with text")
+            held = data.encoded(eval_source, self.tokenizer, cfg.seq_len, cfg.seed, vocab,
+                                draw=cfg.seed)
+        if held is not None:
+            self.eval_examples = held[0].shape[0]
+            self.eval_set = data.eval_batches(*held, cfg.micro_batch)
+        self.batches = data.Batches(ids, labels, pad, cfg.micro_batch, cfg.seed)
 
     def build_engine(self, resident: int):
         from trainer import models
@@ -172,43 +242,101 @@ class Recipe:
         if cfg.lora:
             models.add_lora(model, cfg.lora, seed=cfg.seed)
         return LayerEngine(model, self.backends, resident, cfg.lr, cfg.weight_decay,
-                           cfg.max_grad_norm, checkpoint=cfg.checkpoint,
-                           should_stop=self.should_stop)
+                           cfg.max_grad_norm, checkpoint=cfg.checkpoint)
 
     # --- the passes ----------------------------------------------------------
 
     def run(self) -> list[PassSummary]:
+        """Every pass to its last step (from a checkpoint's position when resuming); then
+        the model to ``--out``. SIGTERM stops it after a whole step (``after_step``)."""
         cfg = self.cfg
         plan = []
         if cfg.baseline:
             plan.append((BASELINE, 0, cfg.baseline_steps
                          or default_baseline_steps(cfg.steps, cfg.interleave)))
         plan.append((MAIN, cfg.resident_layers, cfg.steps))
+        resume = self.output.find_resume()
+        self.stop_if_asked([])
         if cfg.baseline and cfg.settle:
             self.settle(cfg.settle)
+        passes = [_Pass(self, *p) for p in plan]
+        if resume is not None:
+            self.output.position(resume, passes)
         if cfg.baseline and cfg.interleave:
-            return self.run_interleaved([_Pass(self, *p) for p in plan], cfg.interleave)
-        summaries = []
-        for p in plan:
-            run = _Pass(self, *p)
-            run.begin()
-            while not run.done:
-                run.step()
-            summaries.append(run.finish())  # drops the engine before the next pass builds
-        return summaries
+            self.run_interleaved(passes, cfg.interleave, resume)
+        else:
+            for p in passes:
+                if p.done:
+                    continue  # finished before the checkpoint it resumed from
+                p.begin(resume)
+                self.output.started(resume, [p])
+                while not p.done:
+                    p.step()
+                    self.after_step(p, passes)
+                if p.label != MAIN:
+                    p.finish()  # drops the engine before the next pass builds
+        main = passes[-1]
+        self.output.save(main)
+        #: The trained model (the main pass's masters), for callers in this process.
+        self.model = main.engine.model if main.engine is not None else None
+        return [p.finish() for p in passes]
 
-    def run_interleaved(self, passes: list[_Pass], block: int) -> list[PassSummary]:
+    def run_interleaved(self, passes: list[_Pass], block: int, resume) -> None:
         """Both passes alive at once, in blocks of ``block`` steps, in ABBA order.
 
         The order of the blocks is ``interleaved_order``'s: mirrored from one
         pair of blocks to the next, so drift that runs through the run hits
-        both passes alike (see there).
+        both passes alike (see there). A resumed run goes on at the checkpoint's
+        place in the same order.
         """
-        for p in passes:
-            p.begin()
-        for which in interleaved_order([p.steps for p in passes], block):
+        order = interleaved_order([p.steps for p in passes], block)
+        done = sum(p.steps_done for p in passes)
+        if [order[:done].count(i) for i in range(len(passes))] != \
+                [p.steps_done for p in passes]:
+            raise UsageError(f"{resume.path}: its passes' steps are not a point of the "
+                             f"interleaved order (another --interleave)")
+        live = [p for p in passes if not p.done]
+        for p in live:
+            p.begin(resume)
+        self.output.started(resume, live)
+        for which in order[done:]:
             passes[which].step()
-        return [p.finish() for p in passes]
+            self.after_step(passes[which], passes)
+
+    def after_step(self, p: _Pass, passes: list[_Pass]) -> None:
+        """Between two steps: the held-out loss and the checkpoint when due; SIGTERM."""
+        cfg = self.cfg
+        if p.label == MAIN:
+            n = p.steps_done
+            if self.eval_set is not None and (n == p.steps or (cfg.eval_every
+                                                               and n % cfg.eval_every == 0)):
+                self.evaluate(p)
+            if cfg.out and cfg.checkpoint_every and n % cfg.checkpoint_every == 0:
+                self.output.checkpoint(passes)
+        if not all(q.done for q in passes):
+            self.stop_if_asked(passes)
+
+    def stop_if_asked(self, passes: list[_Pass]) -> None:
+        """SIGTERM: a checkpoint of where the passes are, then Preempted (Cancelled without
+        an output folder)."""
+        if not self.should_stop():
+            return
+        if self.cfg.out:
+            raise self.output.preempt(passes)
+        raise Cancelled("stopped by SIGTERM after a whole step (no --out: no checkpoint)")
+
+    def evaluate(self, p: _Pass) -> None:
+        """The held-out loss of the pass now, as an ``eval`` record (outside every step)."""
+        self.label = p.label
+        t0 = time.perf_counter()
+        loss, tokens = p.engine.evaluate(self.eval_set)
+        seconds = time.perf_counter() - t0
+        self.output.phases["eval_s"] += seconds
+        record = Eval(config_label=p.label, step=p.steps_done, loss=loss, tokens=tokens,
+                      examples=self.eval_examples, seconds=round(seconds, 6))
+        self.writer.write(record)
+        log(f"{p.label} eval after step {p.steps_done}: loss {loss:.4f} "
+            f"(perplexity {record.perplexity:.2f}) over {self.eval_examples} examples")
 
     def settle(self, cap: int) -> None:
         """Untimed steps on a throwaway all-offload model until the step time settles.
@@ -226,6 +354,7 @@ class Recipe:
         settled = False
         t_start = time.perf_counter()
         for step in range(1, cap + 1):
+            self.stop_if_asked([])
             micro = [next(stream) for _ in range(self.cfg.accum)]
             t0 = time.perf_counter()
             engine.step(micro, schedule.at(step))
@@ -335,21 +464,32 @@ class _Pass:
         self.recipe, self.label, self.resident, self.steps = recipe, label, resident, steps
         self.summary = PassSummary(label, steps)
         self.engine = None
+        self.config: dict | None = None  # its start record's config (a checkpoint keeps it)
+
+    @property
+    def steps_done(self) -> int:
+        return len(self.summary.losses)
 
     @property
     def done(self) -> bool:
-        return len(self.summary.losses) >= self.steps
+        return self.steps_done >= self.steps
 
-    def begin(self) -> None:
+    def begin(self, resume=None) -> None:
+        """Build the engine (from a checkpoint when resuming) and write the start record."""
         from trainer import models
 
         recipe, cfg = self.recipe, self.recipe.cfg
         recipe.label = self.label
         self.engine = engine = recipe.build_engine(self.resident)
         placement = engine.placement
-        config = recipe.config_record(engine, self.steps)
-        if placement.resident_layers == 0:
-            config[OPTIM_CALIBRATION] = self.calibrate(engine)
+        if self.steps_done:  # resumed: the checkpoint's masters, moments and start config
+            recipe.output.load_engine(resume, self)
+            config = self.config
+        else:
+            config = recipe.config_record(engine, self.steps)
+            if placement.resident_layers == 0:
+                config[OPTIM_CALIBRATION] = self.calibrate(engine)
+        self.config = config
         recipe.writer.write(Start(
             config_label=self.label, config=config,
             run_id=cfg.run_id, versions=versions(), git=git_commit(), host=platform.node()))
@@ -370,7 +510,9 @@ class _Pass:
             "micro_batch": cfg.micro_batch,
             "params_per_layer": models.params_per_layer(engine.model),
         }
-        self.stream = iter(recipe.batches)
+        self.stream = recipe.batches.stream(skip=self.steps_done * cfg.accum)
+        if self.label == MAIN and self.steps_done == 0 and recipe.eval_set is not None:
+            recipe.evaluate(self)  # the held-out loss before any update
 
     def calibrate(self, engine) -> dict:
         """The optimizer's cost per layer (trainer/calibrate.py), for the step model.

@@ -1,0 +1,300 @@
+"""Checkpoints: everything a run needs to go on exactly where it stopped.
+
+``OUT/checkpoints/step-<N>/`` (N: the main pass's steps done) holds
+
+- ``<pass>.safetensors`` for each pass still training (``main``, and
+  ``baseline`` while it runs): every master and its AdamW state, by names
+  that do not depend on the placement (LayerEngine.state_tensors);
+- ``rng.safetensors``: torch's random state;
+- ``state.json``: the passes' positions (steps done, so the data stream,
+  the schedule and the interleaving order go on from there), their ``start``
+  configs and losses so far, and the config that must match to resume;
+- ``manifest.json``, written last: each file's size and sha256.
+
+A checkpoint is written into a temporary folder, each file fsynced, the
+folder renamed into place and the rename fsynced; only then is the manifest
+written (temporary name, fsync, rename). A folder without a manifest is
+incomplete and never read; one whose files do not match their manifest is
+refused before a single tensor is copied. The oldest complete checkpoints
+past ``keep`` are deleted only once a new one is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trainer import weights
+from trainer.errors import TrainerError, UsageError
+from trainer.weights import Entry
+
+CHECKPOINTS = "checkpoints"
+MANIFEST = "manifest.json"
+STATE = "state.json"
+RNG = "rng.safetensors"
+FORMAT = 1
+PREFIX = "step-"
+
+
+class CheckpointError(UsageError):
+    """A checkpoint that cannot be resumed from: one line naming the file and the reason."""
+
+
+class CheckpointWriteError(TrainerError):
+    """A checkpoint could not be written (a full disk): the one before it is kept."""
+
+
+@dataclass
+class Checkpoint:
+    """A complete checkpoint whose files matched their manifest when it was read."""
+
+    path: Path
+    manifest: dict
+    state: dict
+
+    @property
+    def position(self) -> dict[str, int]:
+        return {label: p["steps_done"] for label, p in self.state["passes"].items()}
+
+    @property
+    def step(self) -> int:
+        return int(self.state["step"])
+
+    @contextmanager
+    def tensors(self, file: str) -> Iterator[Callable[[str], torch.Tensor]]:
+        """A fetch(name) over one of its safetensors files, open for the block."""
+        from safetensors import safe_open
+
+        with safe_open(str(self.path / file), framework="pt") as f:
+            yield f.get_tensor
+
+    def layout(self, file: str) -> dict[str, tuple[tuple[int, ...], str]]:
+        """(shape, safetensors dtype name) of every tensor in one of its files."""
+        from safetensors import safe_open
+
+        with safe_open(str(self.path / file), framework="pt") as f:
+            out = {}
+            names = f.keys()
+            for name in names:
+                part = f.get_slice(name)
+                out[name] = (tuple(part.get_shape()), part.get_dtype())
+            return out
+
+
+def root(out: Path) -> Path:
+    return Path(out) / CHECKPOINTS
+
+
+# === writing =================================================================
+
+
+def write(out: Path, name: str, files: dict[str, dict[str, torch.Tensor]], state: dict,
+          keep: int) -> tuple[Path, int]:
+    """Write checkpoint ``name`` atomically; returns (its folder, its bytes).
+
+    Raises CheckpointWriteError (one line) when it cannot be written; nothing
+    of it is left behind then, and every checkpoint before it is kept.
+    """
+    folder = root(out)
+    tmp = folder / f".{name}.tmp-{os.getpid()}"
+    final = folder / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        listing = {}
+        for file, tensors in {**files, RNG: rng_state()}.items():
+            sha, size = weights.write_file(tmp / file, [Entry.of(k, v) for k, v in tensors.items()])
+            listing[file] = {"sha256": sha, "bytes": size}
+        listing[STATE] = _write_json(tmp / STATE, state)
+        weights.fsync_dir(tmp)
+        old = _out_of_the_way(final)
+        os.rename(tmp, final)
+        weights.fsync_dir(folder)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        manifest = {"format": FORMAT, "name": name, "order": order_of(state),
+                    "files": listing, "time": time.time()}
+        _write_json(final / MANIFEST, manifest)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if final.exists() and not (final / MANIFEST).exists():
+            shutil.rmtree(final, ignore_errors=True)  # renamed, but its manifest failed
+        kept = [p.name for p in complete(out)]
+        raise CheckpointWriteError(
+            f"checkpoint {name} not written: {exc.strerror or exc} "
+            f"({exc.filename or folder}); "
+            + (f"{kept[-1]} kept" if kept else "no earlier checkpoint to keep")) from None
+    prune(out, keep)
+    return final, sum(f["bytes"] for f in listing.values())
+
+
+def _out_of_the_way(final: Path) -> Path | None:
+    """An earlier checkpoint of the same name (a run resumed from an older one writes it
+    again) moves aside until the new one is in place."""
+    if not final.exists():
+        return None
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(final, old)
+    return old
+
+
+def _write_json(path: Path, value: dict) -> dict:
+    data = json.dumps(value, indent=1).encode()
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    weights.fsync_dir(path.parent)
+    import hashlib
+
+    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def rng_state() -> dict[str, torch.Tensor]:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            state[f"cuda.{i}"] = s
+    return state
+
+
+def restore_rng(ckpt: Checkpoint) -> None:
+    cuda = [name for name in ckpt.layout(RNG) if name.startswith("cuda.")]
+    with ckpt.tensors(RNG) as fetch:
+        torch.set_rng_state(fetch("torch"))
+        for name in cuda:
+            if torch.cuda.is_available() and int(name[5:]) < torch.cuda.device_count():
+                torch.cuda.set_rng_state(fetch(name), int(name[5:]))
+
+
+def order_of(state: dict) -> int:
+    """Where a checkpoint lies in its run: optimizer steps done, every pass together."""
+    return sum(p["steps_done"] for p in state["passes"].values())
+
+
+# === finding and reading =====================================================
+
+
+def complete(out: Path) -> list[Path]:
+    """Checkpoint folders with a readable manifest, oldest first (not yet verified)."""
+    found = []
+    folder = root(out)
+    if not folder.is_dir():
+        return []
+    for path in folder.iterdir():
+        if not path.name.startswith(PREFIX) or not path.is_dir():
+            continue
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+            found.append((int(manifest["order"]), float(manifest.get("time") or 0), path))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # incomplete: it was being written when the trainer stopped
+    return [p for _, _, p in sorted(found)]
+
+
+def verify(path: Path) -> Checkpoint:
+    """The checkpoint at ``path``, its files checked against the manifest; else one line."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no checkpoint folder there")
+    manifest_path = path / MANIFEST
+    if not manifest_path.exists():
+        raise CheckpointError(f"{path}: incomplete, no {MANIFEST} (the trainer stopped while "
+                              f"writing it)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        files = manifest["files"]
+        if manifest.get("format") != FORMAT:
+            raise CheckpointError(f"{manifest_path}: format {manifest.get('format')!r}, this "
+                                  f"trainer reads {FORMAT}")
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CheckpointError(f"{manifest_path}: not a checkpoint manifest") from None
+    for name in (STATE, RNG):
+        if name not in files:
+            raise CheckpointError(f"{manifest_path}: lists no {name}")
+    for name, info in files.items():
+        file = path / name
+        try:
+            size = file.stat().st_size
+        except OSError:
+            raise CheckpointError(f"{file}: missing") from None
+        if size != info["bytes"]:
+            raise CheckpointError(f"{file}: truncated ({size} of {info['bytes']} bytes)"
+                                  if size < info["bytes"] else
+                                  f"{file}: {size} bytes, the manifest says {info['bytes']}")
+        if weights.file_sha256(file) != info["sha256"]:
+            raise CheckpointError(f"{file}: fails its checksum (sha256 differs from "
+                                  f"{MANIFEST}'s)")
+    try:
+        state = json.loads((path / STATE).read_text())
+        state["passes"], state["step"], state["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CheckpointError(f"{path / STATE}: not a checkpoint state") from None
+    return Checkpoint(path, manifest, state)
+
+
+def newest(out: Path, on_bad: Callable[[Path, str], None]) -> Checkpoint | None:
+    """The newest checkpoint that verifies; ``on_bad`` hears of each newer one passed over.
+
+    None when there is no complete checkpoint; CheckpointError (the newest's
+    reason) when there are some and none verifies.
+    """
+    first_error = None
+    for path in reversed(complete(out)):
+        try:
+            return verify(path)
+        except CheckpointError as exc:
+            first_error = first_error or exc
+            on_bad(path, str(exc))
+    if first_error is not None:
+        raise CheckpointError(f"no checkpoint under {root(out)} can be resumed from; the "
+                              f"newest: {first_error}")
+    return None
+
+
+def check_layout(ckpt: Checkpoint, file: str,
+                 expected: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
+    """Every tensor the engine needs is in ``file`` with its shape and dtype; else one line."""
+    have = ckpt.layout(file)
+    for name, (shape, dtype) in expected.items():
+        if name not in have:
+            raise CheckpointError(f"{ckpt.path / file}: has no {name} (another model)")
+        if have[name] != (shape, weights.DTYPES[dtype]):
+            got_shape, got_dtype = have[name]
+            raise CheckpointError(f"{ckpt.path / file}: {name} is {list(got_shape)} {got_dtype}, "
+                                  f"this model's is {list(shape)} {weights.DTYPES[dtype]} "
+                                  f"(another model)")
+    extra = sorted(set(have) - set(expected))
+    if extra:
+        raise CheckpointError(f"{ckpt.path / file}: holds {extra[0]}, which this model has "
+                              f"not (another model)")
+
+
+def prune(out: Path, keep: int) -> None:
+    """Keep the newest ``keep`` complete checkpoints; remove older ones and leftovers."""
+    done = complete(out)
+    for path in done[:-keep] if keep > 0 else done:
+        shutil.rmtree(path, ignore_errors=True)
+    newest_order = None
+    if done:
+        try:
+            newest_order = json.loads((done[-1] / MANIFEST).read_text())["order"]
+        except (OSError, ValueError, KeyError):
+            newest_order = None
+    for path in root(out).iterdir():
+        if path.name.startswith(".") and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)  # a temporary folder of a stopped writer
+        elif path.name.startswith(PREFIX) and path not in done and newest_order is not None:
+            shutil.rmtree(path, ignore_errors=True)  # incomplete, and a newer one is complete

@@ -1,0 +1,227 @@
+"""The run's result: the fine-tuned model as a folder transformers or PEFT loads.
+
+``--out DIR`` gets, at the end of the run:
+
+- full fine-tuning (or ``--lora R --merge``): ``config.json``,
+  ``generation_config.json``, ``model.safetensors`` (past 5 GB:
+  ``model-0000K-of-0000N.safetensors`` and ``model.safetensors.index.json``,
+  as transformers shards), the tokenizer's files when the run has a
+  tokenizer; ``AutoModelForCausalLM.from_pretrained(DIR)`` loads it.
+- ``--lora R``: a PEFT adapter, ``adapter_config.json`` and
+  ``adapter_model.safetensors``; ``PeftModel.from_pretrained(base, DIR)``
+  loads it onto the base model. A named model (tiny-llama, ...) exists
+  nowhere else, so its untrained base is written beside it, in ``DIR/base``.
+- always ``rngdctl.json``, last: the run, the step, the data, the seed, the
+  format and the sha256 of every weights file.
+
+Weights are written from where the masters live, one tensor at a time
+(trainer/weights.py): an offloaded layer's master is written from host
+memory as it is, a card's tensor through one host copy at a time. Each file
+is written under a temporary name and renamed into place, ``rngdctl.json``
+after all of them, so a folder whose ``rngdctl.json`` names a file holds it whole.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torch import nn
+
+from trainer import weights
+from trainer.models import LoRALinear
+from trainer.weights import Entry
+
+INFO_NAME = "rngdctl.json"
+FULL, PEFT, MERGED = "full", "peft", "merged"
+#: The modules LoRA adapts (trainer/models.py add_lora), as PEFT's target_modules.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class Saved:
+    path: Path
+    format: str
+    files: dict[str, str] = field(default_factory=dict)  # weights file -> sha256
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+# === which tensors ===========================================================
+
+
+def full_entries(model: nn.Module) -> list[Entry]:
+    """Every weight by its transformers name, each shared tensor once (a tied head).
+
+    A LoRA-wrapped model gives its base weights under the base model's names.
+    """
+    entries, seen = [], set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        key = (tensor.data_ptr(), tuple(tensor.shape), tensor.device)
+        if key in seen:
+            continue  # the tied head: transformers ties it back on load
+        seen.add(key)
+        entries.append(Entry.of(name.replace(".base.", "."), tensor.data))
+    return entries
+
+
+def merged_entries(model: nn.Module) -> list[Entry]:
+    """Full weights with every LoRA adapter folded in: W + scale * B A, made when written."""
+    lora = {f"{name}.weight": m for name, m in model.named_modules()
+            if isinstance(m, LoRALinear)}
+    entries = []
+    for e in full_entries(model):
+        module = lora.get(e.name)
+        if module is None:
+            entries.append(e)
+            continue
+
+        def merged(m=module):
+            w = m.base.weight.detach()
+            return w + (m.lora_b.detach() @ m.lora_a.detach()).to(w.device) * m.scale
+        entries.append(Entry(e.name, e.shape, e.dtype, merged))
+    return entries
+
+
+def adapter_entries(model: nn.Module) -> list[Entry]:
+    """The LoRA matrices under PEFT's names (``base_model.model.<module>.lora_A.weight``)."""
+    entries = []
+    for name, m in model.named_modules():
+        if isinstance(m, LoRALinear):
+            entries.append(Entry.of(f"base_model.model.{name}.lora_A.weight", m.lora_a.data))
+            entries.append(Entry.of(f"base_model.model.{name}.lora_B.weight", m.lora_b.data))
+    return entries
+
+
+def lora_rank_alpha(model: nn.Module) -> tuple[int, float] | None:
+    for m in model.modules():
+        if isinstance(m, LoRALinear):
+            rank = m.lora_a.shape[0]
+            return rank, m.scale * rank
+    return None
+
+
+# === writing =================================================================
+
+
+def save(out: Path, model: nn.Module, *, info: dict, tokenizer=None, merge: bool = False,
+         base_folder: Path | None = None, max_shard_bytes: int = weights.MAX_SHARD_BYTES,
+         ) -> Saved:
+    """Write the model's output folder (see the module's docstring); returns what was written.
+
+    ``base_folder``: for an adapter, the folder its base model was read from
+    (None: a named model, whose base is written to ``out/base``).
+    """
+    t0 = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    lora = lora_rank_alpha(model)
+    kind = FULL if lora is None else (MERGED if merge else PEFT)
+    tmp = out / f".save-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        if kind == PEFT:
+            files = _write_adapter(tmp, model, lora, base_folder)
+            if base_folder is None:
+                _write_base(out, model, tokenizer, max_shard_bytes)
+        else:
+            entries = merged_entries(model) if kind == MERGED else full_entries(model)
+            files = _write_full(tmp, model, entries, tokenizer, max_shard_bytes)
+        saved = Saved(out, kind, files)
+        _replace_weights(out, tmp)
+        saved.bytes = sum((out / name).stat().st_size for name in files)
+        _write_info(out, {**info, "format": kind, "files": files,
+                          **({"lora": {"rank": lora[0], "alpha": lora[1]}} if lora else {})})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    saved.seconds = time.perf_counter() - t0
+    return saved
+
+
+def _write_full(folder: Path, model: nn.Module, entries: list[Entry], tokenizer,
+                max_shard_bytes: int) -> dict[str, str]:
+    config = copy.deepcopy(model.config)
+    config.use_cache = True  # the trainer turns the KV cache off; generation wants it
+    config.save_pretrained(folder)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(folder)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    parts = weights.shards(entries, max_shard_bytes)
+    files = {}
+    if len(parts) == 1:
+        files["model.safetensors"] = weights.write_file(folder / "model.safetensors", parts[0])[0]
+        return files
+    weight_map = {}
+    for k, part in enumerate(parts, 1):
+        name = f"model-{k:05d}-of-{len(parts):05d}.safetensors"
+        files[name] = weights.write_file(folder / name, part)[0]
+        weight_map.update({e.name: name for e in part})
+    index = {"metadata": {"total_size": sum(e.nbytes for e in entries)}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return files
+
+
+def _write_adapter(folder: Path, model: nn.Module, lora: tuple[int, float],
+                   base_folder: Path | None) -> dict[str, str]:
+    rank, alpha = lora
+    config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha,
+        "target_modules": sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
+                                  if isinstance(m, LoRALinear)}),
+        "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False, "inference_mode": True,
+        "init_lora_weights": True, "use_rslora": False, "use_dora": False,
+        "modules_to_save": None,
+        "base_model_name_or_path": str(base_folder) if base_folder is not None else "base",
+    }
+    (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    name = "adapter_model.safetensors"
+    return {name: weights.write_file(folder / name, adapter_entries(model))[0]}
+
+
+def _write_base(out: Path, model: nn.Module, tokenizer, max_shard_bytes: int) -> None:
+    """A named model's untrained base (LoRA leaves it frozen), for PeftModel to load onto."""
+    base = out / "base"
+    if (base / INFO_NAME).exists():
+        return  # written by an earlier save of this run: the base never changes
+    tmp = out / f".base-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        files = _write_full(tmp, model, full_entries(model), tokenizer, max_shard_bytes)
+        _write_info(tmp, {"format": FULL, "files": files, "base_of": str(out)})
+        shutil.rmtree(base, ignore_errors=True)
+        os.replace(tmp, base)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _replace_weights(out: Path, tmp: Path) -> None:
+    """Move the new files into ``out``; weights files of an older save that the new one has
+    not (another sharding) go, and ``rngdctl.json`` first, so no info names a missing file."""
+    (out / INFO_NAME).unlink(missing_ok=True)
+    new = {p.name for p in tmp.iterdir()}
+    for old in out.iterdir():
+        if old.is_file() and old.name not in new and old.name.endswith(
+                (".safetensors", ".safetensors.index.json")):
+            old.unlink()
+    for p in tmp.iterdir():
+        os.replace(p, out / p.name)
+    weights.fsync_dir(out)
+
+
+def _write_info(folder: Path, info: dict) -> None:
+    path = folder / INFO_NAME
+    tmp = folder / f".{INFO_NAME}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    weights.fsync_dir(folder)

@@ -1,0 +1,168 @@
+"""Safetensors files written one tensor at a time, hashed as they are written.
+
+``safetensors.torch.save_file`` takes every tensor at once and copies each
+into a bytes object before writing: a save holds a second copy of the whole
+model. Here a file is planned from the tensors' shapes alone (the format's
+header is the names, dtypes, shapes and byte offsets), and each tensor is
+fetched only when its turn comes, written from its own memory, and dropped:
+a layer on a card costs one host copy of one tensor at a time, a master on
+the host costs nothing. The sha256 of each file is computed from the same
+bytes on the way out, so a file is never read back to be checked.
+
+The format (https://github.com/huggingface/safetensors, "Format"): 8 bytes of
+little-endian header length N, N bytes of JSON (padded with spaces to a
+multiple of 8), then the tensors' bytes, C-ordered, little-endian, in the
+order of their offsets. Read back with ``safetensors.safe_open``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+#: torch dtype -> the format's name for it.
+DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint8: "U8", torch.bool: "BOOL",
+}
+
+#: transformers' default shard size: a model past it is written in several files.
+MAX_SHARD_BYTES = 5 * 1000 ** 3
+
+#: Fault injection for tests of a full disk: "NAME:K" makes the K-th file (1-based) whose
+#: name starts with NAME, under one output folder, fail with ENOSPC after its header, as a
+#: disk that filled would.
+INJECT_ENOSPC_ENV = "RNGDCTL_TRAINER_INJECT_ENOSPC"
+_injected: dict[tuple[str, str], int] = {}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One tensor of a file: its name and shape, and how to get its host copy when written."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    fetch: Callable[[], torch.Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * torch.empty((), dtype=self.dtype).element_size()
+
+    @classmethod
+    def of(cls, name: str, tensor: torch.Tensor) -> Entry:
+        """An entry for a tensor that exists now (on the host or a card)."""
+        return cls(name, tuple(tensor.shape), tensor.dtype, lambda t=tensor: t)
+
+
+def _header(entries: list[Entry], metadata: dict[str, str] | None) -> bytes:
+    head: dict = {"__metadata__": {"format": "pt", **(metadata or {})}}
+    offset = 0
+    for e in entries:
+        if e.dtype not in DTYPES:
+            raise TypeError(f"{e.name}: dtype {e.dtype} has no safetensors name")
+        head[e.name] = {"dtype": DTYPES[e.dtype], "shape": list(e.shape),
+                        "data_offsets": [offset, offset + e.nbytes]}
+        offset += e.nbytes
+    text = json.dumps(head, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text
+
+
+def _host_bytes(entry: Entry) -> memoryview:
+    tensor = entry.fetch().detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.to("cpu")
+    if tuple(tensor.shape) != entry.shape or tensor.dtype != entry.dtype:
+        raise ValueError(f"{entry.name}: planned {entry.shape} {entry.dtype}, "
+                         f"got {tuple(tensor.shape)} {tensor.dtype}")
+    # A byte view of the tensor's own memory (no copy when it is contiguous already).
+    flat = tensor.contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+
+
+def write_file(path: Path, entries: Iterable[Entry], metadata: dict[str, str] | None = None,
+               *, fsync: bool = True) -> tuple[str, int]:
+    """Write ``entries`` to ``path`` as one safetensors file; returns (sha256 hex, bytes).
+
+    The file is written under its own name: callers that need it to appear
+    whole write into a temporary folder or name and rename.
+    """
+    entries = list(entries)
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        raise ValueError("two tensors share a name")
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "wb") as f:
+        head = _header(entries, metadata)
+        f.write(head)
+        digest.update(head)
+        size += len(head)
+        _maybe_fail(path)
+        for e in entries:
+            data = _host_bytes(e)
+            f.write(data)
+            digest.update(data)
+            size += len(data)
+            del data
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())
+    return digest.hexdigest(), size
+
+
+def _maybe_fail(path: Path) -> None:
+    spec = os.environ.get(INJECT_ENOSPC_ENV, "")
+    if not spec:
+        return
+    prefix, _, nth = spec.rpartition(":")
+    if not path.name.startswith(prefix):
+        return
+    key = (spec, str(path.resolve().parents[1]))  # per output folder, not per process
+    _injected[key] = _injected.get(key, 0) + 1
+    if _injected[key] == int(nth):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+def shards(entries: list[Entry], max_bytes: int = MAX_SHARD_BYTES) -> list[list[Entry]]:
+    """Entries cut into files of at most ``max_bytes`` each (a bigger tensor alone), in order."""
+    out: list[list[Entry]] = [[]]
+    size = 0
+    for e in entries:
+        if out[-1] and size + e.nbytes > max_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(e)
+        size += e.nbytes
+    return out
+
+
+def file_sha256(path: Path, chunk: int = 16 << 20) -> str:
+    """The sha256 of a file as it is on disk."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a folder's entries (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
