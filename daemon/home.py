@@ -42,7 +42,12 @@ class GateConfig:
 class DaemonConfig:
     launcher: str = "local"  # local | k8s
     tick: float = 5.0  # seconds between ticks
-    cancel_grace: float = 10.0  # seconds between SIGTERM and SIGKILL
+    # Seconds between SIGTERM (a cancel, a deadline) and SIGKILL: the trainer finishes its
+    # step and writes a checkpoint in between. A Kubernetes Job's pod gets it as
+    # terminationGracePeriodSeconds, so a drain allows the same.
+    stop_grace_s: float = 120.0
+    cancel_grace: float | None = None  # the older name of stop_grace_s
+    checkpoint_failure: str = "continue"  # a checkpoint that cannot be written: continue | stop
     sample_every: float = 5.0  # seconds between host-load samples during a run
     full_resolution_days: float = 30.0  # samples and gate checks older than this are folded
     compact_every: float = 3600.0  # seconds between two compactions of the store
@@ -74,6 +79,11 @@ class K8sConfig:
     prepull_timeout: int = 900  # seconds a pre-pull pod may take before it counts as failed
     prepull_retry: float = 60.0  # seconds before a failed pre-pull is tried again
     cache_dir: str | None = None  # compile-cache path inside the container (--cache-dir)
+    # --- the run's output (issue 26): a PVC mounted at output_path; a run's model and
+    # checkpoints go to <output_path>/runs/<id>/model there (without it: no --out, nothing
+    # kept, no resume) ---
+    output_volume: str | None = None
+    output_path: str = "/rngdctl"
     agents: bool = False  # read every node through its rngdctl agent (docs/design.md)
     runs_per_node: int = 1  # with agents: our runs at once on one node; nodes run in parallel
     # --- RNGD cards (see docs/design.md) ---
@@ -137,6 +147,15 @@ def parse_config(text: str) -> Config:
             if name not in known:
                 raise ConfigError(f"config.toml: unknown key {name!r} in [{section}]")
             setattr(target, name, _check_type(section, name, value, getattr(target, name)))
+    daemon = config.daemon
+    if daemon.cancel_grace is not None and "stop_grace_s" not in raw.get("daemon", {}):
+        daemon.stop_grace_s = float(daemon.cancel_grace)
+    if not daemon.stop_grace_s > 0:
+        raise ConfigError(f"config.toml: [daemon] stop_grace_s must be > 0, got "
+                          f"{daemon.stop_grace_s}")
+    if daemon.checkpoint_failure not in ("continue", "stop"):
+        raise ConfigError(f"config.toml: [daemon] checkpoint_failure must be continue or stop, "
+                          f"got {daemon.checkpoint_failure!r}")
     if not config.daemon.full_resolution_days >= 0 or not config.daemon.compact_every > 0:
         raise ConfigError("config.toml: [daemon] full_resolution_days must be >= 0 and "
                           "compact_every > 0")
@@ -187,7 +206,8 @@ phantom_after = 600.0   # seconds a pod with cards may hold no device file befor
 [daemon]
 launcher = "local"      # local | k8s
 tick = 5.0              # seconds between ticks
-cancel_grace = 10.0     # seconds between SIGTERM and SIGKILL on cancel
+stop_grace_s = 120.0    # seconds between SIGTERM and SIGKILL (cancel, deadline, drain)
+checkpoint_failure = "continue"  # a checkpoint the disk refused: continue | stop the run
 follow_failures = 5     # a run whose follow/ingest fails this many ticks in a row fails
 max_attempts = 3        # tries of a run before a transient failure fails it (see docs)
 full_resolution_days = 30.0  # older samples fold to one row a minute, gate checks to runs

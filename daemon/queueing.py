@@ -156,6 +156,46 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
     return pairs
 
 
+# === resume (issue 26) =======================================================
+
+#: Ended runs ``resume`` puts back in the queue: every end but done.
+RESUMABLE = (FAILED, CANCELLED, TIMEOUT, OOM)
+
+
+def resume_runs(store, refs, *, now: float | None = None) -> list[tuple[int, dict | None]]:
+    """Put each ended run named back in the queue as itself: same id, same output folder.
+
+    Its trainer then goes on from the newest checkpoint there (``--resume
+    auto``), and the steps it makes again are stored once (the store keeps the
+    first copy). Returns (id, the newest checkpoint event's data or None) pairs.
+    """
+    if not refs:
+        raise BadInput("give the runs to resume")
+    runs = []
+    for ref in refs:
+        run = store.run(ref)
+        if run["status"] == DONE:
+            raise BadInput(f"run {run['id']} is done: nothing to resume (`rngdctl restart "
+                           f"{run['id']}` runs it again)")
+        if run["status"] not in RESUMABLE:
+            raise BadInput(f"run {run['id']} is {run['status']}: only an ended run can be "
+                           "resumed")
+        runs.append(run)
+    out = []
+    for run in runs:
+        if not store.requeue_ended(run["id"], RESUMABLE):
+            raise BadInput(f"run {run['id']} changed while it was being resumed; try again")
+        written = store.events(run_id=run["id"], kinds=["checkpoint"], limit=1)
+        newest = written[-1].get("data") if written else None
+        where = (f"goes on from {newest.get('path')} (main step {newest.get('step')})"
+                 if newest else "no checkpoint was recorded: the trainer goes on from one it "
+                                "finds in the output folder, else starts over")
+        store.add_event(run["id"], "resume_requested", f"queued again after it ended "
+                        f"{run['status']}: {where}", data={"checkpoint": newest}, now=now)
+        out.append((run["id"], newest))
+    return out
+
+
 # === wait ====================================================================
 
 

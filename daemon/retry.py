@@ -20,6 +20,9 @@ docs/design.md ("Automatic retry") gives it:
   the trainer's backend found its card held).
 - ``eviction``: the pod was put out (node pressure, preemption), only while
   ``[k8s] requeue_on_eviction`` is on.
+- ``preempted``: a SIGTERM that was not rngdctl's (a shutdown, a drain the
+  pod did not show) stopped the trainer after a whole step and a checkpoint
+  (its ``end`` record says ``preempted``): the next try goes on from there.
 
 Anything else (an exit code, OOM, a deadline, a config error) is never retried.
 Every class counts against one cap, ``max_attempts`` tries of the run.
@@ -30,9 +33,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-IMAGE_PULL, CARD_RACE, FOREIGN_HOLDER, EVICTION = (
-    "image_pull", "card_race", "foreign_holder", "eviction")
-CLASSES = (IMAGE_PULL, CARD_RACE, FOREIGN_HOLDER, EVICTION)
+IMAGE_PULL, CARD_RACE, FOREIGN_HOLDER, EVICTION, PREEMPTED = (
+    "image_pull", "card_race", "foreign_holder", "eviction", "preempted")
+CLASSES = (IMAGE_PULL, CARD_RACE, FOREIGN_HOLDER, EVICTION, PREEMPTED)
 #: The event each retry is stored as (docs/design.md, "Notifications": event kinds).
 KIND = "retry"
 

@@ -39,6 +39,7 @@ COMMANDS = [
     ("rngdctl.commands.edit", "edit"),
     ("rngdctl.commands.edit", "clone"),
     ("rngdctl.commands.edit", "restart"),
+    ("rngdctl.commands.edit", "resume"),
     ("rngdctl.commands.wait", "wait"),
     ("rngdctl.commands.diff", "diff"),
 ]

@@ -239,6 +239,11 @@ class K8sClient:
     def read_node(self, name: str) -> dict | None:
         return self._request("read_node", "GET", f"/api/v1/nodes/{name}", absent_ok=True)
 
+    def read_pvc(self, namespace: str, name: str) -> dict | None:
+        return self._request("read_pvc", "GET",
+                             f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}",
+                             absent_ok=True)
+
     def list_nodes(self) -> list[dict]:
         return self._request("list_nodes", "GET", "/api/v1/nodes").get("items") or []
 

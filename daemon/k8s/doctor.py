@@ -23,6 +23,7 @@ PERMISSIONS = [
     ("list", "nodes", None, "", False),
     ("list", "pods", None, "", False),  # pods of every namespace on the node: cards in use
     ("list", "configmaps", None, "", True),  # the node agents' readings
+    ("get", "persistentvolumeclaims", None, "", True),  # [k8s] output_volume exists
     # Leader election between replicas (daemon/k8s/leader.py): create the Lease, and
     # get/update only the one named [k8s] lease_name (RBAC resourceNames).
     *[(verb, "leases", None, "coordination.k8s.io", True) for verb in ("get", "create",
@@ -151,4 +152,31 @@ def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> 
                      else f"{k8s.image} is not in {node_name}'s status.images (a capped list)",
                      "" if listed else "the daemon pre-pulls it with a card-less pod; or pull "
                                        "it on the node now"))
+    out.append(_output_check(client, k8s))
     return out
+
+
+def _output_check(client, k8s) -> Check:
+    """The claim a run's model and checkpoints go to (issue 26)."""
+    from daemon.k8s.client import K8sError
+
+    fix = ("kubectl apply -f deploy/output-pvc.yaml, then set [k8s] output_volume = "
+           "\"rngdctl-output\" in config.toml")
+    if not k8s.output_volume:
+        return Check("output volume", False, "[k8s] output_volume is not set: a run on "
+                     "Kubernetes keeps no model and no checkpoint, and cannot resume", fix)
+    try:
+        claim = client.read_pvc(k8s.namespace, k8s.output_volume)
+    except K8sError as exc:
+        return Check("output volume", False, str(exc), "see the API and permission checks")
+    if claim is None:
+        return Check("output volume", False, f"PersistentVolumeClaim {k8s.namespace}/"
+                     f"{k8s.output_volume} does not exist", fix)
+    phase = (claim.get("status") or {}).get("phase") or "phase unknown"
+    size = ((claim.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+    return Check("output volume", phase in ("Bound", "Pending"),
+                 f"{k8s.namespace}/{k8s.output_volume}: {phase}"
+                 + (f", {size}" if size else "") + f", mounted at {k8s.output_path} in each "
+                 f"Job; a run's model goes to {k8s.output_path}/runs/<id>/model",
+                 "" if phase in ("Bound", "Pending") else "kubectl describe pvc "
+                 f"{k8s.output_volume} -n {k8s.namespace}")

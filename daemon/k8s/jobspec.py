@@ -104,6 +104,32 @@ def volumes(k8s) -> tuple[list[dict], list[dict]]:
     return pod_volumes, mounts
 
 
+#: The pod volume that holds the runs' output (``[k8s] output_volume``, a PVC).
+OUTPUT_VOLUME = "rngdctl-output"
+
+
+def output_dir(run: dict, k8s) -> str | None:
+    """The trainer's ``--out`` inside the container: ``--out`` as given, else
+    ``<output_path>/runs/<id>/model`` on the output volume; None without a volume."""
+    out = (run.get("config") or {}).get("out")
+    if out:
+        return str(out)
+    if not k8s.output_volume:
+        return None
+    return f"{k8s.output_path.rstrip('/')}/runs/{run['id']}/model"
+
+
+def _output_volume(k8s) -> tuple[list[dict], list[dict]]:
+    if not k8s.output_volume:
+        return [], []
+    if not str(k8s.output_path).startswith("/"):
+        raise ConfigError(f"config.toml: [k8s] output_path must be an absolute path, got "
+                          f"{k8s.output_path!r}")
+    return ([{"name": OUTPUT_VOLUME,
+              "persistentVolumeClaim": {"claimName": str(k8s.output_volume)}}],
+            [{"name": OUTPUT_VOLUME, "mountPath": str(k8s.output_path), "readOnly": False}])
+
+
 def _resources(k8s, cards: int, resource: str) -> dict:
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
@@ -125,17 +151,23 @@ def _resources(k8s, cards: int, resource: str) -> dict:
 
 
 def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str],
-        stage: str = TRAIN, resource: str = RESOURCE) -> dict:
+        stage: str = TRAIN, resource: str = RESOURCE, grace_s: float | None = None) -> dict:
     """A ``batch/v1`` Job that runs ``argv`` once on ``node``; the compile stage asks no card.
 
     ``resource`` is the node's card resource. The pod's seccomp profile is ``[k8s]
     seccomp_profile`` (Unconfined by default: the RNGD driver uses io_uring, which the
     runtime's default profile blocks; Furiosa's own examples run so); empty leaves it unset.
+    ``grace_s`` (``[daemon] stop_grace_s``) is the pod's terminationGracePeriodSeconds: a
+    delete, the deadline or a drain sends SIGTERM, and the trainer finishes its step and
+    writes a checkpoint to the output volume within it.
     """
     config = run["config"]
     cards = int(config["cards"]) if stage == TRAIN else 0
     deadline = int(config.get("deadline") or k8s.default_deadline)
     pod_volumes, mounts = volumes(k8s)
+    if stage == TRAIN:
+        out_volumes, out_mounts = _output_volume(k8s)
+        pod_volumes, mounts = pod_volumes + out_volumes, mounts + out_mounts
     tags = labels(run["id"], stage, name)
     container = {
         "name": CONTAINER,
@@ -154,6 +186,8 @@ def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str],
     }
     if pod_volumes:
         pod_spec["volumes"] = pod_volumes
+    if grace_s is not None:
+        pod_spec["terminationGracePeriodSeconds"] = round(grace_s)
     if k8s.service_account:
         pod_spec["serviceAccountName"] = k8s.service_account
     if k8s.seccomp_profile not in SECCOMP_PROFILES:

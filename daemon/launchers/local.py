@@ -34,7 +34,7 @@ from daemon.gates import ClusterReading
 from daemon.home import Config, Home
 from daemon.ingest import Ingest
 from daemon.launchers.base import REQUEUE, Outcome
-from daemon.runspec import trainer_argv
+from daemon.runspec import output_dir, trainer_argv
 from daemon.store import RUNNING, Store
 from trainer import records
 from trainer.records import LineSplitter
@@ -58,6 +58,11 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     plain = [line for line in text.splitlines()
              if line.strip() and isinstance(records.parse_line(line), records.LogLine)]
     return "\n".join(plain[-lines:])
+
+
+def _kept(end: dict) -> str:
+    """'; checkpoint PATH kept' when the trainer's end record names one."""
+    return f"; checkpoint {end['checkpoint']} kept" if end.get("checkpoint") else ""
 
 
 # === the trainer's lock ======================================================
@@ -130,6 +135,7 @@ class LocalLauncher:
         self._children: dict[int, subprocess.Popen] = {}
         self._processes: dict[int, psutil.Process] = {}
         self._cancel_sent: dict[int, float] = {}
+        self._stop_sent: dict[int, float] = {}  # SIGTERM sent (a cancel or the deadline): when
         self._killed: set[int] = set()
         self._timed_out: set[int] = set()
         self._waiting: set[int] = set()  # claimed runs whose trainer holds its lock, unseen
@@ -162,7 +168,9 @@ class LocalLauncher:
         run_dir = self.home.run_dir(run["id"])
         output = run_dir / OUTPUT_LOG
         argv = trainer_argv(run, log_path=str(run_dir / STEP_LOG), python=self.python,
-                            cache_dir=str(self.home.cache_dir))
+                            cache_dir=str(self.home.cache_dir),
+                            out_dir=str(output_dir(run, self.home.path / "runs")),
+                            on_checkpoint_error=self.config.daemon.checkpoint_failure)
         env = {k: v for k, v in os.environ.items() if k != faults.ENV}
         env["PYTHONUNBUFFERED"] = "1"
         lock = take_trainer_lock(run_dir / TRAINER_LOCK)
@@ -237,7 +245,7 @@ class LocalLauncher:
         self._read_new(run)
         if self._alive(run):
             self._enforce_deadline(run)
-            self._escalate_cancel(run)
+            self._escalate_stop(run)
             return None
         self._read_new(run)  # whatever it wrote between the read and its exit
         child = self._children.pop(run_id, None)
@@ -257,14 +265,25 @@ class LocalLauncher:
         status = end.get("status")
         cancelled = run_id in self._cancel_sent or run.get("cancel_requested")
         self._cancel_sent.pop(run_id, None)
+        self._stop_sent.pop(run_id, None)
         self._killed.discard(run_id)
+        kept = _kept(end)
         if run_id in self._timed_out:
             self._timed_out.discard(run_id)
-            return Outcome("timeout", f"deadline of {run['config'].get('deadline')} s passed",
-                           exit_code)
-        if cancelled and (status == "cancelled" or exit_code in (-signal.SIGTERM,
-                                                                -signal.SIGKILL)):
-            return Outcome("cancelled", "cancelled by request", exit_code)
+            return Outcome("timeout", f"deadline of {run['config'].get('deadline')} s passed"
+                           + kept, exit_code)
+        if cancelled and (status in ("cancelled", "preempted")
+                          or exit_code in (-signal.SIGTERM, -signal.SIGKILL)):
+            return Outcome("cancelled", "cancelled by request" + kept, exit_code)
+        if status == "preempted":  # a SIGTERM that was not ours: go on from the checkpoint
+            reason = f"stopped by a SIGTERM that rngdctl did not send{kept}"
+            verdict = retry.decide(retry.PREEMPTED if end.get("checkpoint") else None,
+                                   tries=int(run.get("attempts") or 0),
+                                   limit=retry.max_attempts(self.config),
+                                   evidence="the trainer wrote a checkpoint to go on from")
+            if verdict.retry:
+                return Outcome(REQUEUE, reason, exit_code, retry=verdict.event(reason))
+            return Outcome("failed", verdict.failed_reason(reason), exit_code)
         if status == "oom" or exit_code == records.EXIT_OOM:
             return Outcome("oom", end.get("error") or "out of memory", exit_code)
         if exit_code == -signal.SIGKILL:
@@ -298,8 +317,16 @@ class LocalLauncher:
         if run["id"] in self._cancel_sent or not run.get("pid"):
             return
         self._cancel_sent[run["id"]] = self.clock()
-        self._signal(run, signal.SIGTERM)
-        self.store.add_event(run["id"], "cancel", f"SIGTERM sent to process group {run['pid']}")
+        self._stop(run)
+        self.store.add_event(run["id"], "cancel", f"SIGTERM sent to process group {run['pid']}"
+                             f": it stops after its step and a checkpoint; SIGKILL after "
+                             f"{self.config.daemon.stop_grace_s:g} s")
+
+    def _stop(self, run: dict) -> None:
+        """SIGTERM now, once; SIGKILL when it still runs ``stop_grace_s`` later."""
+        if run["id"] not in self._stop_sent:
+            self._stop_sent[run["id"]] = self.clock()
+            self._signal(run, signal.SIGTERM)
 
     def abandon(self, run: dict) -> None:
         """The daemon gave up on the run: SIGKILL its process group, forget it."""
@@ -315,24 +342,25 @@ class LocalLauncher:
             except subprocess.TimeoutExpired:
                 pass
 
-    def _escalate_cancel(self, run: dict) -> None:
-        sent = self._cancel_sent.get(run["id"])
-        overdue = sent is not None and self.clock() - sent > self.config.daemon.cancel_grace
+    def _escalate_stop(self, run: dict) -> None:
+        sent = self._stop_sent.get(run["id"])
+        overdue = sent is not None and self.clock() - sent > self.config.daemon.stop_grace_s
         if overdue and run["id"] not in self._killed:
             self._killed.add(run["id"])
             self._signal(run, signal.SIGKILL)
-            self.store.add_event(run["id"], "cancel", "SIGKILL after the grace period")
+            self.store.add_event(run["id"], "cancel" if run["id"] in self._cancel_sent
+                                 else "deadline", f"SIGKILL: still running "
+                                 f"{self.config.daemon.stop_grace_s:g} s after SIGTERM")
 
     def _enforce_deadline(self, run: dict) -> None:
         deadline = run["config"].get("deadline")
-        if not deadline or run["id"] in self._killed or not run.get("started"):
+        if not deadline or run["id"] in self._timed_out or not run.get("started"):
             return
         if self.clock() - run["started"] > deadline:
-            self._killed.add(run["id"])
             self._timed_out.add(run["id"])
-            self._signal(run, signal.SIGKILL)
+            self._stop(run)
             self.store.add_event(run["id"], "deadline", f"deadline of {deadline} s passed; "
-                                 f"killed")
+                                 f"SIGTERM sent: it stops after its step and a checkpoint")
 
     # --- daemon restart ------------------------------------------------------
 

@@ -54,6 +54,18 @@ class Queue(Connection):
             "UPDATE runs SET config = ?, name = ? WHERE id = ? AND status = ?",
             (_json(config), config.get("name"), run_id, QUEUED)).rowcount)
 
+    # === resume (issue 26) ===================================================
+
+    def requeue_ended(self, run_id: int, statuses: Iterable[str]) -> bool:
+        """An ended run (in ``statuses``) back in the queue as itself, at its own place;
+        False when it is not (any more) in one of them."""
+        statuses = list(statuses)
+        return bool(self.conn.execute(
+            "UPDATE runs SET status = ?, ended = NULL, exit_reason = NULL, exit_code = NULL,"
+            " cancel_requested = 0, pid = NULL, pid_start = NULL, job_name = NULL"
+            f" WHERE id = ? AND status IN ({','.join('?' * len(statuses))})",
+            (QUEUED, run_id, *statuses)).rowcount)
+
     # === restart (issue 14) ==================================================
 
     def restarts_of(self, run_id: int) -> list[int]:

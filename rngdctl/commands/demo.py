@@ -110,6 +110,18 @@ def _echo_model(home, run_id: int) -> None:
             click.echo(line)
 
 
+def _echo_saved(home, run_id: int) -> None:
+    """Where the fine-tuned model is, and the one line of Python that loads it."""
+    with home.store() as store:
+        saved = store.events(run_id=run_id, kinds=["saved"], limit=1)
+    if not saved:
+        return
+    path = saved[-1]["data"]["path"]
+    click.echo(f"model: {path}")
+    click.echo(f"  load it: python -c \"from transformers import AutoModelForCausalLM; "
+               f"m = AutoModelForCausalLM.from_pretrained('{path}')\"")
+
+
 @click.command()
 @click.option("--steps", type=click.IntRange(min=1), default=DEMO_RUN["steps"], show_default=True)
 @click.option("--no-tui", is_flag=True, help="Print progress lines instead of opening the TUI.")
@@ -153,6 +165,7 @@ def demo(ctx, home_path, steps, no_tui, out):
     click.echo(f"run {run_id}: {run['status']} in {time.monotonic() - started:.0f} s")
     _echo_model(home, run_id)
     click.echo(f"note: {note}")
+    _echo_saved(home, run_id)
     if run["status"] != "done":
         reason = (run["exit_reason"] or "").splitlines()
         raise click.ClickException(f"the demo run ended {run['status']}"

@@ -1,4 +1,4 @@
-"""`rngdctl edit`, `clone` and `restart`: change a queued run; queue a copy of runs.
+"""`rngdctl edit`, `clone`, `restart` and `resume`: change a queued run; queue runs again.
 
 Thin over ``daemon.queueing.edit_run`` / ``clone_run``; the changes are
 validated by ``daemon.runspec`` exactly as ``submit``'s options are.
@@ -96,3 +96,31 @@ def restart(home, as_json, run_refs, all_failed):
     else:
         for old, new in pairs:
             click.echo(f"run {old} -> run {new} (queued)")
+
+
+@click.command()
+@click.argument("run_refs", metavar="RUN...", nargs=-1, required=True)
+@json_option
+@with_home
+def resume(home, as_json, run_refs):
+    """Queue each ended run again as itself, to go on from its newest checkpoint.
+
+    The same run id and output folder: the trainer finds the newest complete
+    checkpoint there and goes on from it exactly (restart, instead, starts a
+    new run from step 1). Steps made again after the checkpoint are stored once.
+    Prints one line per run.
+
+    Example: rngdctl resume 3
+    """
+    from daemon.queueing import resume_runs
+
+    with home.store() as store:
+        resumed = resume_runs(store, list(run_refs))
+    if as_json:
+        echo_json([{"id": run_id, "status": "queued", "checkpoint": newest}
+                   for run_id, newest in resumed])
+        return
+    for run_id, newest in resumed:
+        where = (f"from {newest.get('path')} (step {newest.get('step')})" if newest
+                 else "from the newest checkpoint in its output folder, if any")
+        click.echo(f"run {run_id} queued again: goes on {where}")

@@ -42,9 +42,17 @@ def test_the_demo_trains_and_writes_its_note(home, reaper):
     reaper(proc)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    note = Path(out.strip().splitlines()[-1].removeprefix("note: "))
+    lines = out.strip().splitlines()
+    note = Path(next(line for line in lines if line.startswith("note: ")).removeprefix("note: "))
     assert note.parent == home.path / "experiments"
     assert "8/8 steps" in note.read_text()
+    # It saved its model, and says how to load it in one line of Python that works.
+    model = home.path / "runs" / "1" / "model"
+    assert f"model: {model}" in lines
+    load = lines[-1].strip().removeprefix("load it: python -c ").strip('"')
+    check = subprocess.run([sys.executable, "-c", load + "; print(m.config.num_hidden_layers)"],
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert check.stdout.strip() == "4", check.stderr
 
 
 def test_an_interrupted_demo_cancels_its_run_and_leaves_no_trainer(home, reaper):

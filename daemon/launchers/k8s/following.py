@@ -241,7 +241,8 @@ class FollowMixin:
             fh.write("".join(line + "\n" for line in lines))
         fed = self.ingest.feed(run_id, lines)
         if fed.end is not None:
-            self.state.update_run(run_id, end={"status": fed.end.status, "error": fed.end.error})
+            self.state.update_run(run_id, end={"status": fed.end.status, "error": fed.end.error,
+                                               "checkpoint": fed.end.data.get("checkpoint")})
         if fed.new_steps:
             self.state.update_run(run_id, checked=True)  # the trainer holds its cards and steps
         self.store.update_run(run_id, log_since=cursor.last, log_offset=cursor.taken_at_last)

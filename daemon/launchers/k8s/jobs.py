@@ -60,9 +60,11 @@ class JobsMixin:
         image = self._image(run)
         command = "compile" if stage == jobspec.COMPILE else "train"
         argv = trainer_argv(run, log_path=None, python="python", cache_dir=self.k8s.cache_dir,
-                            command=command)
+                            command=command, out_dir=jobspec.output_dir(run, self.k8s),
+                            on_checkpoint_error=self.config.daemon.checkpoint_failure)
         body = jobspec.job(run, self.k8s, name=name, node=node, image=image, argv=argv,
-                           stage=stage, resource=self._card_resource(node))
+                           stage=stage, resource=self._card_resource(node),
+                           grace_s=self.config.daemon.stop_grace_s)
         try:
             self.client.create_job(self.ns, body)
         except K8sConflict:

@@ -48,6 +48,9 @@ class OutcomesMixin:
             if code == records.EXIT_OOM:
                 return Outcome(OOM, "the trainer ran out of memory" + self._end_suffix(run_id),
                                code)
+            end = self.state.run(run_id).get("end") or {}
+            if end.get("status") == "preempted":
+                return self._preempted(run, end, code)
             return Outcome(FAILED, f"exit code {code} ({view.terminated or view.phase})"
                                    + self._end_suffix(run_id)
                                    + self._tail_suffix(run_id, stage), code)
@@ -71,6 +74,18 @@ class OutcomesMixin:
         if verdict.retry:
             self.store.add_event(run["id"], "evicted", reason, now=self.clock())
         return outcome
+
+    def _preempted(self, run: dict, end: dict, code: int | None) -> Outcome:
+        """A SIGTERM that was not ours (the pod showed no eviction) stopped the trainer after
+        a checkpoint: the next try goes on from it (daemon/retry.py ``preempted``)."""
+        reason = "stopped by a SIGTERM that rngdctl did not send" + (
+            f"; checkpoint {end['checkpoint']} kept" if end.get("checkpoint") else "")
+        verdict = retry.decide(retry.PREEMPTED if end.get("checkpoint") else None,
+                               tries=self._tries(run), limit=self._limit(),
+                               evidence="the trainer wrote a checkpoint to go on from")
+        if verdict.retry:
+            return Outcome(REQUEUE, reason, code, retry=verdict.event(reason))
+        return Outcome(FAILED, verdict.failed_reason(reason), code)
 
     def _rejected(self, run: dict, name: str, view: cluster.PodView) -> Outcome:
         """The node refused the pod at admission (``OutOf<resource>``): requeue, N tries.
