@@ -16,9 +16,15 @@
 
 Weights are written from where the masters live, one tensor at a time
 (trainer/weights.py): an offloaded layer's master is written from host
-memory as it is, a card's tensor through one host copy at a time. Each file
-is written under a temporary name and renamed into place, ``rngdctl.json``
-after all of them, so a folder whose ``rngdctl.json`` names a file holds it whole.
+memory as it is, a card's tensor in pieces of 16 MB. Each file is written
+under a temporary name and renamed into place, ``rngdctl.json`` after all of
+them, so a folder whose ``rngdctl.json`` names a file holds it whole.
+
+The weights are not fsynced, as transformers' ``save_pretrained`` does not:
+the operating system writes them back within seconds, and forcing it would
+double a small save's time (docs/performance.md). What must survive a crash
+is the checkpoint, which is fsynced (trainer/checkpoint.py); a model torn by
+a crash shows as a sha256 that differs from ``rngdctl.json``'s.
 """
 
 from __future__ import annotations
@@ -156,12 +162,13 @@ def _write_full(folder: Path, model: nn.Module, entries: list[Entry], tokenizer,
     parts = weights.shards(entries, max_shard_bytes)
     files = {}
     if len(parts) == 1:
-        files["model.safetensors"] = weights.write_file(folder / "model.safetensors", parts[0])[0]
+        files["model.safetensors"] = weights.write_file(folder / "model.safetensors", parts[0],
+                                                        fsync=False)[0]
         return files
     weight_map = {}
     for k, part in enumerate(parts, 1):
         name = f"model-{k:05d}-of-{len(parts):05d}.safetensors"
-        files[name] = weights.write_file(folder / name, part)[0]
+        files[name] = weights.write_file(folder / name, part, fsync=False)[0]
         weight_map.update({e.name: name for e in part})
     index = {"metadata": {"total_size": sum(e.nbytes for e in entries)}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
@@ -182,7 +189,7 @@ def _write_adapter(folder: Path, model: nn.Module, lora: tuple[int, float],
     }
     (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
     name = "adapter_model.safetensors"
-    return {name: weights.write_file(folder / name, adapter_entries(model))[0]}
+    return {name: weights.write_file(folder / name, adapter_entries(model), fsync=False)[0]}
 
 
 def _write_base(out: Path, model: nn.Module, tokenizer, max_shard_bytes: int) -> None:

@@ -9,6 +9,11 @@ a layer on a card costs one host copy of one tensor at a time, a master on
 the host costs nothing. The sha256 of each file is computed from the same
 bytes on the way out, so a file is never read back to be checked.
 
+The checksum is computed by a second thread from the same memory the write
+reads, while the file is written: a hash runs at 1.6 GB/s (sha256 with SHA-NI)
+where a write into the page cache runs at 4 GB/s, so in line it would double
+a save's time; beside the write it costs what it exceeds it by.
+
 The format (https://github.com/huggingface/safetensors, "Format"): 8 bytes of
 little-endian header length N, N bytes of JSON (padded with spaces to a
 multiple of 8), then the tensors' bytes, C-ordered, little-endian, in the
@@ -21,8 +26,10 @@ import errno
 import hashlib
 import json
 import os
+import queue
 import struct
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +44,11 @@ DTYPES = {
 
 #: transformers' default shard size: a model past it is written in several files.
 MAX_SHARD_BYTES = 5 * 1000 ** 3
+
+#: A tensor on a card comes to the host in pieces of this size: what a save holds of it.
+DEVICE_CHUNK_BYTES = 16 << 20
+#: Pieces written but not yet hashed: the hash may fall this far behind the write.
+HASH_QUEUE = 2
 
 #: Fault injection for tests of a full disk: "NAME:K" makes the K-th file (1-based) whose
 #: name starts with NAME, under one output folder, fail with ENOSPC after its header, as a
@@ -81,16 +93,42 @@ def _header(entries: list[Entry], metadata: dict[str, str] | None) -> bytes:
     return struct.pack("<Q", len(text)) + text
 
 
-def _host_bytes(entry: Entry) -> memoryview:
+def _host_bytes(entry: Entry) -> Iterator[memoryview]:
+    """The entry's bytes: its own memory when it is on the host (no copy), else pieces of
+    DEVICE_CHUNK_BYTES copied from the card one at a time."""
     tensor = entry.fetch().detach()
-    if tensor.device.type != "cpu":
-        tensor = tensor.to("cpu")
     if tuple(tensor.shape) != entry.shape or tensor.dtype != entry.dtype:
         raise ValueError(f"{entry.name}: planned {entry.shape} {entry.dtype}, "
                          f"got {tuple(tensor.shape)} {tensor.dtype}")
-    # A byte view of the tensor's own memory (no copy when it is contiguous already).
     flat = tensor.contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+    if not flat.numel():
+        return
+    if flat.device.type == "cpu":
+        yield memoryview(flat.view(torch.uint8).numpy())
+        return
+    step = max(1, DEVICE_CHUNK_BYTES // flat.element_size())
+    for start in range(0, flat.numel(), step):
+        piece = flat[start: start + step].to("cpu")
+        yield memoryview(piece.view(torch.uint8).numpy())
+
+
+class _Hasher(threading.Thread):
+    """sha256 of the pieces put to it, in order, beside the writer (hashlib lets go of the
+    GIL for a large buffer, as a file write does)."""
+
+    def __init__(self, first: bytes):
+        super().__init__(daemon=True, name="weights-sha256")
+        self.digest = hashlib.sha256(first)
+        self.pieces: queue.Queue = queue.Queue(maxsize=HASH_QUEUE)
+
+    def run(self) -> None:
+        while (piece := self.pieces.get()) is not None:
+            self.digest.update(piece)
+
+    def hexdigest(self) -> str:
+        self.pieces.put(None)
+        self.join()
+        return self.digest.hexdigest()
 
 
 def write_file(path: Path, entries: Iterable[Entry], metadata: dict[str, str] | None = None,
@@ -104,24 +142,25 @@ def write_file(path: Path, entries: Iterable[Entry], metadata: dict[str, str] | 
     names = [e.name for e in entries]
     if len(set(names)) != len(names):
         raise ValueError("two tensors share a name")
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "wb") as f:
-        head = _header(entries, metadata)
-        f.write(head)
-        digest.update(head)
-        size += len(head)
-        _maybe_fail(path)
-        for e in entries:
-            data = _host_bytes(e)
-            f.write(data)
-            digest.update(data)
-            size += len(data)
-            del data
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-    return digest.hexdigest(), size
+    head = _header(entries, metadata)
+    hasher = _Hasher(head)
+    hasher.start()
+    size = len(head)
+    try:
+        with open(path, "wb") as f:  # buffered: it writes a large piece whole
+            f.write(head)
+            _maybe_fail(path)
+            for e in entries:
+                for piece in _host_bytes(e):
+                    hasher.pieces.put(piece)  # hashed while it is written
+                    f.write(piece)
+                    size += len(piece)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+    finally:
+        digest = hasher.hexdigest()
+    return digest, size
 
 
 def _maybe_fail(path: Path) -> None:
