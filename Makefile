@@ -34,8 +34,10 @@ test-furiosa: $(STAMP)
 	$(PY) deploy/furiosa/env.py pytest -q -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
 		$(FURIOSA_TESTS)
 
+# ruff, then the commit subjects (at most 72 characters; .ci/commit_subjects.py says which).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check rngdctl daemon trainer tests bench
+	$(VENV)/bin/ruff check rngdctl daemon trainer tests bench .ci
+	$(PY) .ci/commit_subjects.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -49,7 +49,7 @@ Targets (issue 11), printed as PASS/MISS per row:
 Under the table, the window's floor: the rms error of the configs that are the
 baseline's own (resident 0), whose model is the baseline's own numbers, so that
 their error is the host's alone. A window whose floor nears the targets cannot
-check them (docs/stepmodel-windows.md).
+check them (experiments/*-stepmodel-windows-stop-*.md, one note per window).
 
 Exit 0 when every row meets its target, 1 when one misses, 2 when a run fails.
 """

@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from daemon import runspec, stats
+from daemon import runspec
 from daemon.errors import RngdctlError
 from daemon.store import ACTIVE, DONE
 from trainer.records import MAIN
@@ -45,14 +45,15 @@ class Estimate:
 
 def overhead_s(store) -> tuple[float, str]:
     """Seconds a run takes beyond its steps (start-up, wind-down): median of the last done runs."""
-    extra = []
-    for run in store.runs([DONE], limit=OVERHEAD_RUNS):
-        if run.get("started") is None or run.get("ended") is None:
-            continue
-        stepped = stats.step_seconds(store, run["id"])  # sealed once the run is done
-        extra.append(max(0.0, run["ended"] - run["started"] - stepped))
-    if not extra:
+    ended = [run for run in store.runs([DONE], limit=OVERHEAD_RUNS)
+             if run.get("started") is not None and run.get("ended") is not None]
+    if not ended:
         return 0.0, "no start-up measured yet (no done run)"
+    from daemon import stats  # only here: `runs` before any run is done loads no statistics
+
+    # stats.step_seconds: sealed once the run is done.
+    extra = [max(0.0, run["ended"] - run["started"] - stats.step_seconds(store, run["id"]))
+             for run in ended]
     return statistics.median(extra), (f"+{extra_text(statistics.median(extra))} start-up "
                                       f"(median of the last {len(extra)} done runs)")
 
@@ -96,6 +97,8 @@ def active_end(store, run: dict, now: float, overhead: float,
     total = int(run["config"]["steps"])
     span = store.step_span(run["id"], MAIN)
     if span is not None and median is None:
+        from daemon import stats
+
         median = stats.steady_medians(store, run["id"], MAIN)[0]
     if span is None or median is None:
         # Still in its baseline pass, or not started: its whole predicted duration from its start.
@@ -187,6 +190,8 @@ class EstimateRecorder:
         if not missing:
             self._unchanged = None
             return 0
+        from daemon import stats
+
         inputs = (frozenset(missing), store.estimate_inputs(stats.WARMUP_STEPS + 1))
         if inputs == self._unchanged:
             return 0

@@ -121,8 +121,8 @@ def find_baseline(store, model: str) -> int:
     """The newest run of ``model`` whose all-offload pass has steady steps (6-N)."""
     needed = stats.WARMUP_STEPS + 1
     for run in store.runs():
-        if str(run["config"].get("model")) != model:
-            continue
+        if str(run["config"].get("model")) != model or not store.step_counts(run["id"]):
+            continue  # a run with no steps has no baseline: no need to load the step model
         base = stepmodel.baseline_of(store, run["id"])
         if base is not None and base.stats.steps >= needed:
             return run["id"]

@@ -19,7 +19,6 @@ daemon runs is liveness's to say, as before. No SQL here: the store's
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import asdict, dataclass
 
@@ -34,7 +33,8 @@ def here() -> str:
     ``POD_NAME`` (the downward API, deploy/daemon-deployment.yaml), else the
     hostname, which is the pod's name inside a pod.
     """
-    return os.environ.get("POD_NAME") or socket.gethostname()
+    # os.uname's node name is gethostname's, without loading socket (start-up: runs, show).
+    return os.environ.get("POD_NAME") or os.uname().nodename
 
 
 def pod_of(identity: str) -> str:

@@ -54,9 +54,9 @@ MODEL_DIR = "model"
 #: host's noise (tiny-llama on a quiet host: worst 20.6 %). Interleaved, the
 #: comparison covers only the steps that ran beside the baseline, so a baseline
 #: as long as the run checks the model on all of them for the cost of one
-#: more pass on the host (docs/design.md "Timing the two passes", the
-#: baseline's length, has both measured). The trainer has the same rule
-#: (trainer/train.py ``default_baseline_steps``).
+#: more pass on the host (docs/design.md "Timing the two passes", the baseline's
+#: length; measured in experiments/2026-12-01-stepmodel-windows-stop-15.md). The
+#: trainer has the same rule (trainer/train.py ``default_baseline_steps``).
 BASELINE_STEPS = 40
 INTERLEAVED_BASELINE_STEPS = 200
 
@@ -65,7 +65,7 @@ INTERLEAVED_BASELINE_STEPS = 200
 #: that fills one pass's block of 5 moves that pass's median alone, one that
 #: spans blocks of 2 lands on both passes. Not 1: the step after a switch runs
 #: a few percent slow, and in blocks of 1 the pairs do not cancel it
-#: (docs/design.md "Timing the two passes" has the measurements).
+#: (experiments/2026-12-01-stepmodel-timing-the-two-passes.md has the measurements).
 INTERLEAVE_BLOCK = 2
 
 _BACKEND = re.compile(r"^(cpu|cuda(:\d+)?|furiosa:(auto|\d+))$")

@@ -137,7 +137,7 @@ def run_op_report(model_name: str, seq_len: int, no_card: str | None, as_json: b
     unprobed = ops.why_not_probed() if probe else None
     probe = probe and unprobed is None
     limit = compile_limit or ops.COMPILE_LIMIT_S
-    if probe:  # the package's gradient build of one linear ran minutes here (performance.md)
+    if probe:  # one linear's gradient build ran minutes (experiments/*-furiosa-op-report.md)
         print(f"op report: compiling every op of the step for a card, each given {limit:g} s "
               "at most, which takes minutes to hours (--trace-only: seconds)",
               file=sys.stderr, flush=True)

@@ -77,64 +77,57 @@ layer; without one, ``F = c = 0``, ``h`` is the host optimizer per layer and
 
 from __future__ import annotations
 
-from daemon.stepmodel.compare import (
-    HOST_MOVED,
-    MEDIAN_SE,
-    QUIET_ERROR,
-    Comparison,
-    compare,
-    format_error,
-    format_seconds,
-    median_se,
-    relative_error,
-)
-from daemon.stepmodel.design_table import (
-    TABLE_BEGIN,
-    TABLE_END,
-    TABLE_HEADER,
-    DesignRow,
-    design_row,
-    update_design_table,
-)
-from daemon.stepmodel.fit import (
-    ESTIMATED,
-    NEEDED,
-    OPTIONAL,
-    SPLIT,
-    Prediction,
-    Steps,
-    Term,
-    Terms,
-    edge_params,
-    fit,
-    predict,
-    predict_step,
-)
-from daemon.stepmodel.memory import (
-    CARD_GB,
-    HOST_BYTES,
-    HOST_PLAYS_CARD,
-    OFFLOADED_BYTES,
-    RESIDENT_BYTES,
-    MemoryCheck,
-    card_bytes,
-    card_gb_for,
-    host_bytes,
-    host_memory_check,
-    host_plays_cards,
-    memory_check,
-)
-from daemon.stepmodel.pairing import paired, paired_medians, paired_window
-from daemon.stepmodel.runs import (
-    Answer,
-    Baseline,
-    baseline_of,
-    for_run,
-    hardware_of,
-    model_config,
-    terms_for_run,
-)
-from daemon.stepmodel.shape import Shape, blocks, check_placement
+import importlib
+import sys
+import types
+
+#: Each module of the package and the public names it defines. The package loads a module
+#: on the first use of one of its names, so a command that needs only the placement rule
+#: (``submit``'s ``check_placement``, in ``shape``) does not load the fit, the comparison
+#: and the statistics they read: ``submit``, ``runs`` and ``show`` start within 4x
+#: ``python -c pass`` (bench/cli_startup.py, tests/spine/test_startup_imports.py).
+_MODULES = {
+    "compare": ("HOST_MOVED", "MEDIAN_SE", "QUIET_ERROR", "Comparison", "compare",
+                "format_error", "format_seconds", "median_se", "relative_error"),
+    "design_table": ("TABLE_BEGIN", "TABLE_END", "TABLE_HEADER", "DesignRow", "design_row",
+                     "update_design_table"),
+    "fit": ("ESTIMATED", "NEEDED", "OPTIONAL", "SPLIT", "Prediction", "Steps", "Term",
+            "Terms", "edge_params", "fit", "predict", "predict_step"),
+    "memory": ("CARD_GB", "HOST_BYTES", "HOST_PLAYS_CARD", "OFFLOADED_BYTES",
+               "RESIDENT_BYTES", "MemoryCheck", "card_bytes", "card_gb_for", "host_bytes",
+               "host_memory_check", "host_plays_cards", "memory_check"),
+    "pairing": ("paired", "paired_medians", "paired_window"),
+    "runs": ("Answer", "Baseline", "baseline_of", "for_run", "hardware_of", "model_config",
+             "terms_for_run"),
+    "shape": ("Shape", "blocks", "check_placement"),
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+class _Package(types.ModuleType):
+    """This package: each public name loaded with its module on first use."""
+
+    def __getattr__(self, name):  # only for names not loaded yet
+        module = _WHERE.get(name)
+        if module is None:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{self.__name__}.{module}"), name)
+        super().__setattr__(name, value)
+        return value
+
+    def __setattr__(self, name, value):
+        # The import system sets each loaded module on its package. Two share their name
+        # with the function they define (``compare``, ``fit``): the package's name stays
+        # the function's, as when this package imported every module at once.
+        if isinstance(value, types.ModuleType) and name in _WHERE:
+            return
+        super().__setattr__(name, value)
+
+    def __dir__(self):
+        return sorted({*super().__dir__(), *_WHERE})
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "CARD_GB",

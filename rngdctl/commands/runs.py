@@ -199,9 +199,7 @@ def _estimate_text(e) -> str:
 
 def run_details(store, run_ref, live) -> dict:
     """Everything ``show`` prints, as data; ``live``: the daemon's Liveness."""
-    from daemon import stats, stepmodel
-    from daemon.errors import ModelFitError
-    from daemon.gates import node_verdicts
+    from daemon import stats
     from daemon.store import ACTIVE, QUEUED
 
     run = store.run(run_ref)
@@ -210,14 +208,21 @@ def run_details(store, run_ref, live) -> dict:
     passes = {label: p.summary(run["config"]["steps"] if label == "main" else None).as_dict()
               for label, p in numbers.items()}
     checks = store.gate_checks(run_id=run["id"], limit=5)
-    try:
-        comparison = stepmodel.for_run(store, run["id"], main=numbers.get("main"),
-                                       baseline=numbers.get("baseline"))
-        model = comparison.as_dict() if comparison else None
-    except ModelFitError as exc:
-        model = {"error_message": str(exc)}
+    model = None
+    if "main" in numbers and "baseline" in numbers:  # a model row: only then load the model
+        from daemon import stepmodel
+        from daemon.errors import ModelFitError
+
+        try:
+            comparison = stepmodel.for_run(store, run["id"], main=numbers["main"],
+                                           baseline=numbers["baseline"])
+            model = comparison.as_dict() if comparison else None
+        except ModelFitError as exc:
+            model = {"error_message": str(exc)}
     waiting = None
     if run["status"] == QUEUED and checks and not checks[-1]["passed"]:
+        from daemon.gates import node_verdicts
+
         since = store.blocked_since(run["id"])
         blocking = [g for g in checks[-1]["gates"] if g["verdict"] == "fail"]
         # No daemon: nobody checks any more, so the verdict and its duration stop
@@ -226,11 +231,12 @@ def run_details(store, run_ref, live) -> dict:
         waiting = {"blocked_since": since, "as_of": None if live.running else last,
                    "blocked_by": [f"{g['name']}: {g['detail']}" for g in blocking],
                    **node_verdicts(checks[-1]["gates"])}  # with node agents
-    from daemon.estimate import queue_estimates
     from daemon.queueing import waiting_for
 
     estimate = None
     if run["status"] == QUEUED:
+        from daemon.estimate import queue_estimates
+
         estimate = next((e.as_dict() for e in queue_estimates(store, time.time())
                          if e.run_id == run["id"]), None)
     return {

@@ -1,0 +1,117 @@
+"""What `submit`, `runs` and `show` load: the step model only when they use it (issue 28).
+
+Each command runs in a fresh interpreter and reports the project modules it loaded. The
+step model's fit, comparison and pairing (and the statistics they read) cost these commands
+about 40 ms of start-up, the notifier's threads and subprocesses 18 ms; bench/cli_startup.py
+measures the start-up itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.stepmodel.synthetic_logs import make_pass
+from trainer import records
+
+#: The step model's modules that price and judge a config. The package itself loads its
+#: modules on first use, and ``shape`` (the placement rule that `submit` checks) is light.
+STEP_MODEL = {"daemon.stepmodel.fit", "daemon.stepmodel.compare", "daemon.stepmodel.pairing",
+              "daemon.stepmodel.runs"}
+NOTIFIER = {"daemon.notify"}
+
+
+def loaded_by(home, *command: str) -> set[str]:
+    """The project's modules in sys.modules after ``rngdctl --home HOME COMMAND``."""
+    probe = (
+        "import json, sys\n"
+        "from rngdctl.cli import main\n"
+        "try:\n"
+        f"    main({['--home', str(home.path), *command]!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('daemon', 'rngdctl', 'trainer'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=REPO, check=True, timeout=60).stdout
+    return set(json.loads(out.strip().splitlines()[-1]))
+
+
+@pytest.fixture
+def queued_run(rngdctl):
+    code, out, err = rngdctl("submit", "--cards", "1", "--resident", "0")
+    assert code == 0, err
+    return out.strip()
+
+
+@pytest.fixture
+def measured_run(store):
+    """A finished run with a baseline pass and a main pass: `show` gives it a model row."""
+    from daemon.ingest import Ingest
+    from daemon.runspec import validate
+
+    run_id = store.add_run(validate({"cards": 1, "resident": 0, "steps": 20, "baseline": True}))
+    lines = []
+    for label in (records.BASELINE, records.MAIN):
+        steps = make_pass(layers=4, raw=False, label=label)
+        lines.append(records.dumps(records.Start(config_label=label, time=900.0, config={
+            "backend": "cpu", "cards": 1, "layers": 4, "resident_layers": 0, "seq_len": 512,
+            "accum": 4, "micro_batch": 1, "vocab_size": 512, "hidden_size": 64,
+            "tied_head": False, "params_per_layer": 46_208})))
+        lines += [records.dumps(s) for s in steps]
+    Ingest(store).feed(run_id, lines)
+    store.claim_for_launch(run_id, launcher="local")
+    store.finish_run(run_id, "done")
+    return str(run_id)
+
+
+@pytest.mark.parametrize("command", [
+    ["submit", "--cards", "1", "--resident", "0"], ["runs"], ["show", "1"], ["runs", "--json"],
+    ["show", "1", "--json"],
+])
+def test_submit_runs_and_show_load_neither_the_step_model_nor_the_notifier(
+        home, queued_run, command):
+    loaded = loaded_by(home, *command)
+
+    assert "daemon.store" in loaded  # the probe saw the command run
+    assert loaded & (STEP_MODEL | NOTIFIER) == set()
+
+
+def test_show_loads_the_step_model_for_a_run_with_a_model_row(home, measured_run):
+    loaded = loaded_by(home, "show", measured_run)
+
+    assert STEP_MODEL <= loaded
+
+
+def test_submit_cards_best_loads_the_step_model_to_choose(home, measured_run):
+    loaded = loaded_by(home, "submit", "--cards", "best", "--model", "tiny-llama")
+
+    assert STEP_MODEL <= loaded
+
+
+def test_runs_loads_the_step_model_once_a_queued_run_can_be_estimated(home, measured_run,
+                                                                    queued_run):
+    loaded = loaded_by(home, "runs")
+
+    assert STEP_MODEL <= loaded
+
+
+def test_the_step_model_package_gives_every_public_name_and_keeps_compare_and_fit_functions():
+    # Its modules load on first use; loading `compare` and `fit` as modules first (as a
+    # sibling module or a test does) must not hide the functions of those names.
+    probe = (
+        "import daemon.stepmodel.compare, daemon.stepmodel.fit\n"
+        "from daemon import stepmodel\n"
+        "missing = [n for n in stepmodel.__all__ if not hasattr(stepmodel, n)]\n"
+        "print(missing, callable(stepmodel.compare), callable(stepmodel.fit),\n"
+        "      type(stepmodel.compare).__name__, type(stepmodel.fit).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=REPO, check=True, timeout=60).stdout
+
+    assert out.split() == ["[]", "True", "True", "function", "function"]
