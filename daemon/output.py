@@ -31,6 +31,8 @@ FORMAT_WORDS = {FULL: "full weights", PEFT: "PEFT adapter", MERGED: "merged full
 
 #: The file a PEFT adapter names its base model in (PEFT's own).
 ADAPTER_CONFIG = "adapter_config.json"
+#: Where the trainer writes a named model's untrained base, inside the adapter's folder.
+NAMED_BASE = "base"
 #: Where the store lives in its home (``daemon.home.DB_NAME``): the home's runs folder is
 #: beside it.
 RUNS = "runs"
@@ -196,20 +198,26 @@ def _model_folder(run: dict, saved: list[dict], runs_dir: Path) -> ModelFolder:
 
 def _base(fmt: str, path: str, saved: dict, config: dict) -> str | None:
     """The base model a PEFT adapter loads onto: the ``saved`` event's ``base`` when it
-    names one, else what the adapter's own ``adapter_config.json`` names, else the run's
-    ``--model``."""
+    names one, else what the adapter's own ``adapter_config.json`` names (a folder inside
+    the adapter's, such as ``base``, read from there), else the run's ``--model``: a
+    folder, or for a named model (tiny-llama, ...) ``DIR/base``, where the trainer writes
+    its untrained base, since it exists nowhere else."""
     if fmt != PEFT:
         return None
     if isinstance(saved.get("base"), str):
         return saved["base"]
+    folder = Path(path)
     try:
-        named = json.loads((Path(path) / ADAPTER_CONFIG).read_text(encoding="utf-8")).get(
+        named = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8")).get(
             "base_model_name_or_path")
     except (OSError, ValueError, AttributeError):
         named = None
     if isinstance(named, str) and named:
-        return named
+        inside = folder / named
+        return str(inside) if not Path(named).is_absolute() and inside.is_dir() else named
     model = config.get("model")
+    if model in runspec.KNOWN_MODELS:
+        return str(folder / NAMED_BASE)
     return str(model) if model else None
 
 

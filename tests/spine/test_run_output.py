@@ -116,6 +116,21 @@ def test_a_peft_adapter_loads_onto_the_base_model_its_adapter_config_names(store
         f" {str(tmp_path)!r})")
 
 
+def test_a_named_models_adapter_loads_onto_the_base_written_beside_it(store, tmp_path):
+    run = store.add_run({**CONFIG, "lora": 8})  # tiny-llama: its base exists nowhere else
+    (tmp_path / "base").mkdir()
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path":
+                                                              "base"}))
+    Ingest(store).feed(run, lines(records.Event(
+        records.SAVED, "saved", data={"path": str(tmp_path), "format": "peft"}, time=1.0)))
+    assert output.run_output(store, store.run(run)).model.base == str(tmp_path / "base")
+    unseen = store.add_run({**CONFIG, "lora": 8})  # a volume this host does not mount
+    Ingest(store).feed(unseen, lines(records.Event(
+        records.SAVED, "saved", data={"path": "/rngdctl/runs/9/model", "format": "peft"},
+        time=1.0)))
+    assert output.run_output(store, store.run(unseen)).model.base == "/rngdctl/runs/9/model/base"
+
+
 def test_the_held_out_loss_gives_its_last_and_its_lowest(store):
     run = store.add_run(CONFIG)
     Ingest(store).feed(run, lines(*(records.Eval(records.MAIN, s, loss, 4096, 64, 0.5)
