@@ -2,7 +2,9 @@
 
 ``rngdctl diff A B`` is thin over ``diff_runs``. Medians, tok/s and the loss
 table come from ``daemon.stats`` (steps 6-N, the note's loss ranges); the
-config comparison from ``daemon.runspec.config_diff``.
+config comparison from ``daemon.runspec.config_diff``; the held-out loss beside
+the train loss from ``daemon.output`` (each range's newest evaluation, as the
+note's loss table).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from daemon import stats
+from daemon import output, stats
 from daemon.runspec import config_diff
 from trainer.records import MAIN
 
@@ -43,6 +45,9 @@ class LossRow:
     delta: float | None  # b - a
     a_steps: int  # steps each run has in the range: the means are like for like only when equal
     b_steps: int
+    a_held_out: float | None = None  # the range's newest held-out loss, run A
+    b_held_out: float | None = None
+    held_out_delta: float | None = None  # b - a
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,9 @@ class Diff:
     loss_at_common: tuple  # (A's loss, B's loss) at common_step
     loss_delta: float | None  # B - A at common_step
     loss_rows: tuple
+    held_out_step: int | None = None  # the last step both runs have a held-out loss at
+    held_out_at: tuple = (None, None)  # (A's held-out loss, B's) at held_out_step
+    held_out_delta: float | None = None  # B - A at held_out_step
 
     def as_dict(self) -> dict:
         return {
@@ -68,6 +76,8 @@ class Diff:
             "loss_at_common_step": {"a": self.loss_at_common[0], "b": self.loss_at_common[1],
                                     "delta": self.loss_delta},
             "loss_table": [asdict(r) for r in self.loss_rows],
+            "held_out_at_common_step": {"step": self.held_out_step, "a": self.held_out_at[0],
+                                        "b": self.held_out_at[1], "delta": self.held_out_delta},
         }
 
 
@@ -98,6 +108,12 @@ def diff_runs(store, a_ref, b_ref) -> Diff:
     common = min(last_a, last_b) if last_a is not None and last_b is not None else None
     at_a, at_b = _loss_at(store, run_a["id"], common), _loss_at(store, run_b["id"], common)
 
+    held_a, held_b = output.held_out(store, run_a["id"]), output.held_out(store, run_b["id"])
+    both = sorted({p["step"] for p in held_a.points} & {p["step"] for p in held_b.points})
+    held_step = both[-1] if both else None
+    held_at = ((held_a.at(held_step)["loss"], held_b.at(held_step)["loss"])
+               if held_step is not None else (None, None))
+
     # One set of ranges for both tables, so their rows line up.
     total = max([x for x in (last_a, last_b) if x is not None], default=0)
     rows = []
@@ -105,12 +121,19 @@ def diff_runs(store, a_ref, b_ref) -> Diff:
         for ra, rb in zip(stats.loss_table_of(store, run_a["id"], MAIN, total),
                           stats.loss_table_of(store, run_b["id"], MAIN, total)):
             if ra.steps or rb.steps:
+                ha, hb = (_loss_of(h.last_in(ra.first, ra.last)) for h in (held_a, held_b))
                 rows.append(LossRow(ra.first, ra.last, ra.mean_loss, rb.mean_loss,
-                                    _delta(ra.mean_loss, rb.mean_loss)[0], ra.steps, rb.steps))
+                                    _delta(ra.mean_loss, rb.mean_loss)[0], ra.steps, rb.steps,
+                                    ha, hb, _delta(ha, hb)[0]))
     return Diff(
         a=side_a, b=side_b, config=config_diff(run_a["config"], run_b["config"]),
         step_s_delta=_delta(side_a.median_step_s, side_b.median_step_s),
         tokens_per_s_delta=_delta(side_a.tokens_per_s, side_b.tokens_per_s),
         common_step=common, loss_at_common=(at_a, at_b), loss_delta=_delta(at_a, at_b)[0],
         loss_rows=tuple(rows),
+        held_out_step=held_step, held_out_at=held_at, held_out_delta=_delta(*held_at)[0],
     )
+
+
+def _loss_of(point: dict | None) -> float | None:
+    return point["loss"] if point else None

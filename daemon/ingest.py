@@ -1,7 +1,9 @@
 """Ingest: trainer output lines into the store, idempotently.
 
 The same line fed twice stores its step once (the store ignores a step it
-has); events from the trainer are stored once by their time and text.
+has), and its eval (held-out loss) once; events from the trainer are stored
+once by their time and text. A resumed trainer writes the steps and evals after
+its checkpoint again: the store keeps the first copy of each.
 
 No line can stop ingest: ``records.parse_line`` turns anything into a record,
 a log line or a ``Malformed`` one, and a record the store still refuses is
@@ -30,6 +32,7 @@ class Fed:
     """What one batch of lines held."""
 
     new_steps: int = 0
+    new_evals: int = 0
     end: records.End | None = None
     log_lines: list[str] = field(default_factory=list)
     malformed: int = 0
@@ -42,12 +45,16 @@ class Ingest:
     def feed(self, run_id: int, lines: list[str]) -> Fed:
         fed = Fed()
         steps: list[tuple[records.Step, str]] = []
+        evals: list[tuple[records.Eval, str]] = []
         for line in lines:
             parsed = records.parse_line(line)
             if isinstance(parsed, records.Step):
                 steps.append((parsed, line))
                 if parsed.loss_is_finite:
                     continue  # a finite step has nothing to record but its row (below)
+            elif isinstance(parsed, records.Eval):
+                evals.append((parsed, line))
+                continue  # nothing to record but its row (below)
             try:
                 self._record(run_id, parsed, fed)
             except LINE_ERRORS as exc:
@@ -55,6 +62,7 @@ class Ingest:
                     getattr(parsed, "text", line), f"the store refused it: {exc!r}"))
         # Steps go in after the pass they belong to is known, in one transaction.
         fed.new_steps = self._steps(run_id, steps, fed)
+        fed.new_evals = self._evals(run_id, evals, fed)
         if fed.new_steps:  # the passes' plots follow, so no reader has to read every step
             series.keep_plots(self.store, run_id, sorted({s.config_label for s, _ in steps}),
                               every=series.KEEP_PLOTS_EVERY)
@@ -96,6 +104,20 @@ class Ingest:
         except LINE_ERRORS:  # the count above still says a line was refused
             self.store.add_event_once(run_id, "malformed", "a line the store could not keep",
                                       when=None)
+
+    def _evals(self, run_id: int, evals: list[tuple[records.Eval, str]], fed: Fed) -> int:
+        try:
+            return self.store.add_evals(run_id, [e for e, _ in evals])
+        except LINE_ERRORS:
+            pass
+        new = 0  # as for steps: one eval refused costs the batch nothing else
+        for record, line in evals:
+            try:
+                new += self.store.add_evals(run_id, [record])
+            except LINE_ERRORS as exc:
+                self._malformed(run_id, fed, records.Malformed(
+                    line, f"the store refused it: {exc!r}"))
+        return new
 
     def _steps(self, run_id: int, steps: list[tuple[records.Step, str]], fed: Fed) -> int:
         try:

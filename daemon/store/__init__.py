@@ -18,6 +18,7 @@ One module per idea, each a part of ``Store``:
 - ``aggregates``: a pass's numbers from SQL order statistics, sealed rows;
 - ``markers``: a running pass's order statistics kept at ingest (issue 12);
 - ``events``: the event log;
+- ``evals``: the held-out loss (eval records), and the steps a resume trains again;
 - ``host``: load samples, gate checks, idle card pods, their compaction;
 - ``daemons``: the launchers' facts between ticks, the heartbeat, the replicas.
 """
@@ -29,6 +30,7 @@ from daemon.store.codec import _finite_or_none as _finite_or_none
 from daemon.store.codec import _json as _json
 from daemon.store.codec import _loss_flag as _loss_flag
 from daemon.store.daemons import Daemons
+from daemon.store.evals import Evals
 from daemon.store.events import Events
 from daemon.store.host import Host
 from daemon.store.markers import Markers
@@ -57,7 +59,7 @@ from daemon.store.schema import (
 from daemon.store.steps import Steps
 
 
-class Store(Runs, Queue, Steps, Aggregates, Markers, Events, Host, Daemons):
+class Store(Runs, Queue, Steps, Aggregates, Markers, Events, Evals, Host, Daemons):
     """An open rngdctl.db. Cheap to open; open one per process."""
 
 

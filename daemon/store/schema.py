@@ -13,7 +13,7 @@ import sqlite3
 from daemon.store.codec import _phase_value
 from trainer import records
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 _V1 = [
     """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)""",
@@ -309,5 +309,26 @@ _V11 = [
     )""",
 ]
 
+# Version 12 (issue 26): the held-out loss. One row per eval record: a pass's loss over
+# the whole held-out set after ``step`` optimizer steps (0: before the first). A
+# non-finite loss is NULL with its flag beside it, as in ``steps``; ``perplexity`` is
+# NULL where it is not finite. Unique per pass and step: a resumed trainer writes the
+# evals after its checkpoint again, and the first copy is kept, as for steps.
+_V12 = [
+    """CREATE TABLE evals (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        config_label TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        loss REAL,
+        loss_flag TEXT,
+        perplexity REAL,
+        tokens INTEGER NOT NULL,
+        examples INTEGER NOT NULL,
+        seconds REAL NOT NULL,
+        time REAL,
+        UNIQUE (run_id, config_label, step)
+    )""",
+]
+
 MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9,
-              10: _V10, 11: _V11}
+              10: _V10, 11: _V11, 12: _V12}

@@ -1,4 +1,5 @@
-"""`rngdctl diff A B`: only the config values that differ, then step time, tok/s and loss.
+"""`rngdctl diff A B`: only the config values that differ, then step time, tok/s, and the
+train and held-out loss.
 
 Thin over ``daemon.compare.diff_runs``.
 """
@@ -44,17 +45,28 @@ def format_diff(d) -> str:
         la, lb = d.loss_at_common
         lines.append(f"loss at step {d.common_step} (the last both reached)  "
                      f"{fmt(la, '.4f')} -> {fmt(lb, '.4f')}   {fmt(d.loss_delta, '+.4f')}")
+    if d.held_out_step is not None:
+        ha, hb = d.held_out_at
+        lines.append(f"held-out loss at step {d.held_out_step} (the last both evaluated)  "
+                     f"{fmt(ha, '.4f')} -> {fmt(hb, '.4f')}   {fmt(d.held_out_delta, '+.4f')}")
     if d.loss_rows:
-        lines += ["", f"  {'steps':<12}{f'run {a.id}':>10}{f'run {b.id}':>10}{'delta':>10}"]
+        held = any(r.a_held_out is not None or r.b_held_out is not None for r in d.loss_rows)
+        lines += ["", f"  {'steps':<12}{f'run {a.id}':>10}{f'run {b.id}':>10}{'delta':>10}"
+                  + (f"{f'held-out {a.id}':>14}{f'held-out {b.id}':>14}{'delta':>10}"
+                     if held else "")]
         uneven = False
         for r in d.loss_rows:
             mark = "*" if r.a_steps and r.b_steps and r.a_steps != r.b_steps else ""
             uneven = uneven or bool(mark)
             lines.append(f"  {f'{r.first}-{r.last}{mark}':<12}{fmt(r.a, '.4f'):>10}"
-                         f"{fmt(r.b, '.4f'):>10}{fmt(r.delta, '+.4f'):>10}")
+                         f"{fmt(r.b, '.4f'):>10}{fmt(r.delta, '+.4f'):>10}"
+                         + (f"{fmt(r.a_held_out, '.4f'):>14}{fmt(r.b_held_out, '.4f'):>14}"
+                            f"{fmt(r.held_out_delta, '+.4f'):>10}" if held else ""))
         if uneven:
             lines.append("  * the runs reached different steps in this range: the means are "
                          "over different steps")
+        if held:
+            lines.append("  held-out: each run's newest held-out loss in the range")
     else:
         lines += ["", "no steps to compare"]
     return "\n".join(lines)

@@ -199,7 +199,7 @@ def _estimate_text(e) -> str:
 
 def run_details(store, run_ref, live) -> dict:
     """Everything ``show`` prints, as data; ``live``: the daemon's Liveness."""
-    from daemon import stats
+    from daemon import output, stats
     from daemon.store import ACTIVE, QUEUED
 
     run = store.run(run_ref)
@@ -253,7 +253,25 @@ def run_details(store, run_ref, live) -> dict:
         "load_range": store.sample_load_range(run["id"]),
         "events": store.events(run_id=run["id"], limit=20),
         "model": model,
+        "output": output.run_output(store, run),  # as_dict(): "output" and "resumes"
+        "evals": output.held_out(store, run["id"]),
     }
+
+
+def output_lines(run: dict, found, held) -> list[str]:
+    """The run's model folder, its checkpoints, its resumes and its held-out loss."""
+    from daemon import output
+    from daemon.store import FINISHED
+
+    lines = [f"  output: {output.model_words(found, finished=run['status'] in FINISHED)}"]
+    if found.model.written:
+        lines.append(f"    load: {found.model.load_line()}")
+    for title, words in (("checkpoints", output.checkpoints_words(found)),
+                         (None, output.resumes_words(found)),
+                         ("held-out loss", output.held_out_words(held))):
+        if words:
+            lines.append(f"  {title}: {words}" if title else f"  {words}")
+    return lines
 
 
 def model_lines(model: dict) -> list[str]:
@@ -294,7 +312,7 @@ def show(home, as_json, run_ref):
         details = run_details(store, run_ref, live)
         details["replicas"] = replicas.for_home(home, store, now).as_dict()
     if as_json:
-        echo_json(details)
+        echo_json({**details, **details["output"].as_dict(), "evals": details["evals"].as_dict()})
         return
     run = details["run"]
     c = run["config"]
@@ -346,6 +364,8 @@ def show(home, as_json, run_ref):
             + (f" [IQR {secs(iqr[0])}-{secs(iqr[1])}]" if iqr else "")
             + f", {rate(p['tokens_per_s'])} tok/s, last loss {fmt(p['last_loss'], '.4f')}"
             + (f", {p['nonfinite_losses']} non-finite losses" if p["nonfinite_losses"] else ""))
+    for line in output_lines(run, details["output"], details["evals"]):
+        click.echo(line)
     model = details["model"]
     if model and "error_message" in model:
         click.echo(f"  step model: {model['error_message']}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from daemon import stats, stepmodel
 from daemon.errors import BadInput, ModelFitError
 from daemon.home import K8sConfig
+from daemon.output import HeldOut, RunOutput, held_out, run_output
 from daemon.store import Store
 from rngdctl.export.words import _get, _md, describe_placement, secs
 from trainer import records
@@ -95,6 +96,10 @@ class RunReport:
     model_notes: list[str] = field(default_factory=list)
     comparison: stepmodel.Comparison | None = None
     k8s: K8sConfig | None = None
+    #: The run's model folder, checkpoints and resumes, and its held-out loss
+    #: (daemon/output.py): what the note says the run delivered.
+    output: RunOutput | None = None
+    held_out: HeldOut = field(default_factory=HeldOut)
 
     @property
     def id(self) -> int:
@@ -137,6 +142,8 @@ class RunReport:
                  "model_s": m.model_s, "error": m.error}
                 for m in self.model_rows
             ],
+            **(self.output.as_dict() if self.output else {}),  # "output", "resumes"
+            "held_out": self.held_out.as_dict(),
         }
 
 
@@ -195,6 +202,8 @@ def collect(store: Store, ref: int | str, *, k8s: K8sConfig | None = None) -> Ru
         events=store.events(run_id=run_id),
         store=store,
         k8s=k8s,
+        output=run_output(store, run),
+        held_out=held_out(store, run_id),
     )
     if baseline.steps:
         report.model_rows, report.model_notes = model_rows(store, report)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from daemon import stats
-from daemon.store import DONE, OOM
+from daemon import output, stats
+from daemon.store import DONE, FINISHED, OOM
 from rngdctl.export.collect import RunReport
 from rngdctl.export.words import (
     _DASH,
     _ago,
+    _finite,
     _get,
     _md,
     _span,
@@ -21,6 +22,7 @@ from rngdctl.export.words import (
     rate,
     secs,
 )
+from trainer import records
 
 #: The 6-N median may differ from the 6-25 median by this fraction before the
 #: note says that step time drifted.
@@ -39,8 +41,9 @@ _GATE_WORDS = {
 }
 
 #: Event kinds that every good run has; "What went wrong" lists all others
-#: (image pulls, compiles, retries, requeues, warnings, non-finite losses...).
-ROUTINE_EVENTS = frozenset({"launch", "placement"})
+#: (image pulls, compiles, retries, requeues, resumes, warnings, non-finite losses...).
+#: A checkpoint written and the model saved are in the run's own lines.
+ROUTINE_EVENTS = frozenset({"launch", "placement", records.CHECKPOINT, records.SAVED})
 
 
 # === Rendering ===============================================================
@@ -221,15 +224,84 @@ def _timing(report: RunReport) -> list[str]:
 
 
 def _loss_table(report: RunReport) -> list[str]:
-    rows = ["| steps | mean loss | median step |", "| --- | --- | --- |"]
+    held = report.held_out
+    rows = ["| steps | mean loss | median step |" + (" held-out loss |" if held.points else ""),
+            "| --- | --- | --- |" + (" --- |" if held.points else "")]
     for r in report.loss_rows:
         bad = r.nonfinite
         mean = loss(r.mean_loss, 3) if r.mean_loss is not None else (
             "NaN" if bad else _DASH)
         if bad and r.mean_loss is not None:
             mean += f" ({bad} non-finite left out)"
-        rows.append(f"| {_span(r.first, r.last)} | {mean} | {secs(r.median_step_s)} |")
+        row = f"| {_span(r.first, r.last)} | {mean} | {secs(r.median_step_s)} |"
+        if held.points:
+            point = held.last_in(r.first, r.last)  # the range's newest evaluation
+            row += f" {loss(point['loss'], 3)} (step {point['step']}) |" if point else \
+                f" {_DASH} |"
+        rows.append(row)
     return rows
+
+
+def _held_out_line(report: RunReport) -> str | None:
+    """The held-out loss before training, at its end and at its lowest, and what the
+    evaluations cost (outside every step's time)."""
+    held = report.held_out
+    if not held.points:
+        return None
+    first, last, best = held.points[0], held.last, held.best
+    examples = last["examples"]
+    line = f"Held-out loss over {examples:,} example{'s' if examples != 1 else ''}"
+    line += f" ({last['tokens']:,} tokens): "
+    parts = []
+    if first["step"] == 0 and last["step"] != 0:
+        parts.append(f"{loss(first['loss'])} before the first step")
+    parts.append(f"{loss(last['loss'])} after step {last['step']} "
+                 f"(perplexity {_perplexity(last['perplexity'])})")
+    line += ", ".join(parts)
+    if best is not None and best["step"] != last["step"]:
+        line += f"; the lowest was {loss(best['loss'])} at step {best['step']}"
+    n = len(held.points)
+    seconds = sum(p["seconds"] for p in held.points)
+    return line + (f". {n} evaluation{'s' if n != 1 else ''} took {secs(seconds)} in all, "
+                   "outside every step's time.")
+
+
+def _perplexity(x: float | None) -> str:
+    return f"{x:.4g}" if _finite(x) else loss(x)
+
+
+def _output_lines(report: RunReport) -> list[str]:
+    """The model folder and how to load it, the checkpoints, the resumes."""
+    found = report.output
+    if found is None:
+        return []
+    model = found.model
+    what = output.FORMAT_WORDS.get(model.format, model.format)
+    if model.written:
+        size = f", {output.size_words(model.bytes)}" if model.bytes is not None else ""
+        lines = [(f"Model: saved to `{model.path}` ({what}{size}). Load it with "
+                  f"`{model.load_line()}`.")]
+    elif report.run["status"] in FINISHED:
+        lines = [f"Model: not written; its folder was `{model.path}`."]
+    else:
+        lines = [f"Model: not written yet; {what} go to `{model.path}` at the end of the run."]
+    if found.checkpoints:
+        on_disk = sum(c.on_disk for c in found.checkpoints)
+        line = (f"Checkpoints: {len(found.checkpoints)} written, {on_disk} still on disk seen "
+                f"from here")
+        newest = found.newest_checkpoint()
+        if newest is not None:
+            line += f"; the newest, step {newest.step}, is `{newest.path}`"
+        lines.append(line + ".")
+    resumed = output.resumes_words(found)
+    if resumed:
+        again = found.steps_redone
+        total = (f": {again} step{'s' if again != 1 else ''} trained twice in all"
+                 if len(found.resumes) > 1 else "")
+        lines.append(f"{resumed[0].upper()}{resumed[1:]}{total}.")
+    else:
+        lines.append("It never resumed from a checkpoint.")
+    return lines
 
 
 def _loss_lines(report: RunReport) -> list[str]:
@@ -316,6 +388,10 @@ def _run_section(index: int, report: RunReport, data_dir: str) -> list[str]:
         lines += [f"- {line}" for line in _timing(report)]
         lines += ["", *_loss_table(report), ""]
         lines += [f"- {line}" for line in _loss_lines(report)]
+        held_out = _held_out_line(report)
+        if held_out:
+            lines.append(f"- {held_out}")
+    lines += [f"- {line}" for line in _output_lines(report)]
     if report.model_rows:
         lines += ["", (f"Step model: the baseline pass ({report.baseline.steps} steps) and the "
                       f"asked config, median of steps 6–N:"), "", *_model_table(report)]
@@ -373,7 +449,8 @@ def render(reports: list[RunReport], *, slug: str, now: float) -> str:
         f"In [{data_dir}/]({data_dir}/):", "",
         *[f"- `{r.slug}.jsonl`: {r.label}'s step log in the step-record contract "
           f"({len(r.passes)} start, {r.main.steps + r.baseline.steps} step, "
-          f"{len(r.events)} event records)." for r in reports],
+          + (f"{len(r.held_out.points)} eval, " if r.held_out.points else "")
+          + f"{len(r.events)} event records)." for r in reports],
         "- `gate-checks.csv`: every pre-submit check, one row per gate.",
         "- `host-load.csv`: the host-load samples taken while the runs ran.",
         "- `events.csv`: every event, unfolded.",

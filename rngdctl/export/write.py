@@ -27,7 +27,8 @@ _END_STATUS = {DONE: "ok", OOM: "oom", CANCELLED: "cancelled", FAILED: "error",
 
 
 def step_log(report: RunReport) -> Iterator[str]:
-    """The run's records as contract lines: starts, steps, events, then the end.
+    """The run's records as contract lines: starts, each pass's steps and its evals (the
+    held-out loss), events, then the end.
 
     A generator: the steps come from the store one batch at a time, so a run
     of any length is written in constant memory.
@@ -45,10 +46,10 @@ def step_log(report: RunReport) -> Iterator[str]:
             run_id=str(run["id"]), versions=run.get("versions") or {}, git=run.get("git"),
             host=run.get("host"), time=p.get("time") or run.get("started") or run["created"]))
         if p["config_label"] in logged:
-            yield from map(_step_line, report.store.iter_steps(run["id"], p["config_label"]))
+            yield from _pass_lines(report, p["config_label"])
     for label in logged:
         if label not in labels:
-            yield from map(_step_line, report.store.iter_steps(run["id"], label))
+            yield from _pass_lines(report, label)
     for e in report.events:
         if e["kind"] == "end":
             continue
@@ -58,6 +59,14 @@ def step_log(report: RunReport) -> Iterator[str]:
         yield records.dumps(records.End(
             status=_END_STATUS[run["status"]], error=run.get("exit_reason"),
             time=run.get("ended") or run["created"]))
+
+
+def _pass_lines(report: RunReport, label: str) -> Iterator[str]:
+    yield from map(_step_line, report.store.iter_steps(report.id, label))
+    for e in report.store.evals(report.id, label):
+        yield records.dumps(records.Eval(
+            config_label=label, step=e["step"], loss=e["loss"], tokens=e["tokens"],
+            examples=e["examples"], seconds=e["seconds"], time=e["time"] or 0.0))
 
 
 def _step_line(s: dict) -> str:

@@ -2,19 +2,22 @@
 
 ``MinMaxBuckets`` keeps each bucket's minimum and maximum, so a plot has a
 bounded number of points and every spike survives; ``PassSeries`` feeds it
-(and the running medians) only the steps each refresh adds; ``overlay_series``
+(and the running medians) only the steps each refresh adds, ``HeldOutSeries`` only
+the held-out losses (eval records) each refresh adds; ``overlay_series``
 smooths a whole loss curve (``rngdctl.tui.smoothing``) and then downsamples it
 for the history's overlay. No Textual here.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from daemon import stats
 from daemon.series import PLOT_BUCKETS, MinMaxBuckets, PassPlots, Series
 
-__all__ = ["PLOT_BUCKETS", "LossCurve", "MinMaxBuckets", "PassSeries", "Series", "overlay_series"]
+__all__ = ["PLOT_BUCKETS", "HeldOutSeries", "LossCurve", "MinMaxBuckets", "PassSeries", "Series",
+           "overlay_series"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,25 @@ class PassSeries(PassPlots):
         if self.stored_medians is not None:
             return self.stored_medians
         return self._medians.medians()
+
+
+class HeldOutSeries:
+    """One pass's held-out losses as read so far; each refresh reads only the evals stored
+    after the newest it has (one indexed query, most often empty)."""
+
+    def __init__(self, buckets: int = PLOT_BUCKETS):
+        self.last = -1  # the newest eval's step (0: the one before any step)
+        self.last_loss: float | None = None
+        self.plot = MinMaxBuckets(buckets)
+
+    def read(self, store, run_id: int, label: str) -> int:
+        """Add the pass's evals after the newest one read; how many were new."""
+        rows = store.eval_series(run_id, label, after_step=self.last)
+        finite = [(step, loss) for step, loss in rows if loss is not None and math.isfinite(loss)]
+        self.plot.extend([x for x, _ in finite], [y for _, y in finite])
+        if rows:
+            self.last, self.last_loss = rows[-1]
+        return len(rows)
 
 
 def overlay_series(curve: LossCurve, smoothing, buckets: int = 2 * PLOT_BUCKETS) -> Series:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from daemon.compare import diff_runs
+from daemon.ingest import Ingest
 from daemon.runspec import validate
 from trainer import records
 
@@ -82,3 +83,42 @@ def test_diff_of_an_unknown_run_is_one_line_and_exit_2(rngdctl, run_with_steps):
     a = run_with_steps(10, step_s=0.01, slope=0.01)
     code, out, err = rngdctl("diff", str(a), "99")
     assert (code, out, err) == (2, "", "Error: no run '99'\n")
+
+
+# === the held-out loss (issue 26) ============================================
+
+
+def held_out(store, run: int, losses: dict[int, float]) -> None:
+    Ingest(store).feed(run, [records.dumps(records.Eval("main", step, loss, 4096, 64, 0.5))
+                             for step, loss in losses.items()])
+
+
+def test_the_held_out_loss_is_compared_at_the_last_step_both_runs_evaluated(store,
+                                                                            run_with_steps):
+    a = run_with_steps(60, step_s=0.01, slope=0.01)
+    b = run_with_steps(40, step_s=0.01, slope=0.02)
+    held_out(store, a, {0: 5.0, 20: 4.9, 40: 4.8, 60: 4.75})
+    held_out(store, b, {0: 5.0, 20: 4.7, 40: 4.5})
+
+    d = diff_runs(store, a, b)
+
+    assert (d.held_out_step, d.held_out_at) == (40, (4.8, 4.5))
+    assert d.held_out_delta == pytest.approx(-0.3)
+    # Each range's newest held-out loss, beside the train loss's mean.
+    assert [(r.a_held_out, r.b_held_out) for r in d.loss_rows] == [
+        (4.9, 4.7), (4.8, 4.5), (4.75, None)]
+
+
+def test_diff_prints_the_held_out_loss_beside_the_train_loss(store, run_with_steps, rngdctl):
+    a = run_with_steps(60, step_s=0.01, slope=0.01)
+    b = run_with_steps(60, step_s=0.01, slope=0.02)
+    held_out(store, a, {20: 4.9, 60: 4.75})
+    held_out(store, b, {20: 4.7, 60: 4.25})
+
+    code, out, _ = rngdctl("diff", str(a), str(b))
+
+    assert code == 0
+    assert "held-out loss at step 60 (the last both evaluated)  4.7500 -> 4.2500   -0.5000" in out
+    assert f"held-out {a}    held-out {b}     delta" in out
+    assert "  51-60" in out and out.split("  51-60")[1].split()[3:6] == ["4.7500", "4.2500",
+                                                                        "-0.5000"]

@@ -138,7 +138,7 @@ def test_a_running_pass_is_first_read_from_the_plots_ingest_kept_not_step_by_ste
     store.conn.set_trace_callback(None)
     assert kept == whole
     # The steps after the kept plots' newest were asked for, and no earlier ones.
-    series_reads = [s for s in seen if "step_series" in s or "step > " in s]
+    series_reads = [s for s in seen if "FROM steps " in s and "step > " in s]
     assert series_reads and all("step > 130" in s for s in series_reads
                                 if "'main'" in s), series_reads
     assert source._series[(run, records.MAIN)].stored_medians is not None

@@ -90,9 +90,11 @@ def fill(store: Store) -> dict[str, int]:
     store.finish_run(rid, "oom", reason="device out of memory (resident AdamW state)",
                      now=T0 + 400)
 
-    # 3. r200: running, a 10-step all-offload baseline, then 130 of 200 main steps.
+    # 3. r200: running, a 10-step all-offload baseline, then 130 of 200 main steps, its
+    # held-out loss every 25 steps (falling slower than the train loss), saving to /scratch.
     main_config = {**base, "cards": 2, "resident": 8, "steps": 200, "seq_len": 512,
-                   "accum": 4, "baseline": True, "baseline_steps": 10}
+                   "accum": 4, "baseline": True, "baseline_steps": 10,
+                   "out": "/scratch/kim/r200", "eval_every": 25}
     ids["r200"] = rid = store.add_run(main_config, name="r200", now=T0 + 1000)
     store.claim_for_launch(rid, launcher="local", now=NOW - 1300)
     store.update_run(rid, status="running", pid=4242, log_path=None)
@@ -108,6 +110,8 @@ def fill(store: Store) -> dict[str, int]:
         _step(n, r200_step_s(n), 2.0 - n / 200, phases=MAIN_PHASES,
               extra={**shape, "resident_per_card": 8}, t=NOW - 1230 + 4.5 * n)
         for n in range(1, 131)])
+    store.add_evals(rid, [records.Eval(records.MAIN, n, 2.1 - n / 400, 4096, 64, 0.8,
+                                       time=NOW - 1230 + 4.5 * n) for n in range(0, 131, 25)])
     store.add_event(rid, "launch", "started pid 4242", now=NOW - 1300)
     store.add_event(rid, "compile", "head graphs compiled in 94 s", now=NOW - 1200)
 

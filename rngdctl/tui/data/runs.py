@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from daemon import runspec, stats, stepmodel
+from pathlib import Path
+
+from daemon import output, runspec, stats, stepmodel
 from daemon.store import ACTIVE, FINISHED
 from rngdctl.tui.data.predictions import Predictions, _top_terms
 from rngdctl.tui.data.text import _int
 from rngdctl.tui.data.views import RunView
-from rngdctl.tui.series import PassSeries
+from rngdctl.tui.series import HeldOutSeries, PassSeries
 from trainer import records
 
 EVENTS_LIMIT = 8
@@ -47,6 +49,23 @@ class RunViews(Predictions):
         except (KeyError, TypeError, ValueError):  # stored by an older rngdctl: read the steps
             series = PassSeries(self.buckets)
         return series
+
+    def _held_out_series(self, run_id: int, label: str) -> HeldOutSeries:
+        series = self._held_out.get((run_id, label))
+        if series is None:
+            series = self._held_out[(run_id, label)] = HeldOutSeries(self.buckets)
+        series.read(self.store, run_id, label)
+        return series
+
+    def _output(self, run: dict) -> output.RunOutput:
+        """The run's output, read again only when the store has a new event (its folder,
+        checkpoints and resumes all come from the run's events)."""
+        newest = self.store.last_event_id()
+        kept = self._outputs.get(run["id"])
+        if kept is None or kept[0] != newest:
+            kept = self._outputs[run["id"]] = (
+                newest, output.run_output(self.store, run, Path(self.home) / output.RUNS))
+        return kept[1]
 
     def _current_run(self) -> dict | None:
         if self.run_ref is not None:
@@ -95,6 +114,8 @@ class RunViews(Predictions):
                            for name in order)
         events = tuple((e["time"], e["kind"], e["message"])
                        for e in self.store.events(run_id=run["id"], limit=EVENTS_LIMIT))
+        found = self._output(run)
+        held = self._held_out_series(run["id"], label)
         error = stepmodel.relative_error(model_s, median_s)
         compared = self._comparison(run, now) if predicted is not None else None
         if compared is not None:
@@ -111,6 +132,9 @@ class RunViews(Predictions):
             error_terms=_top_terms(compared.error_terms()) if compared else None,
             host_notice=(compared.short_notice() or compared.short_busy_notice())
             if compared else None,
+            output=output.model_words(found, finished=run["status"] in FINISHED),
+            resumes=output.resumes_words(found), held_out=held.plot.series(),
+            held_out_loss=held.last_loss, held_out_step=held.last if held.last >= 0 else None,
         )
 
 

@@ -102,6 +102,13 @@ class RunView:
     #: term moved beyond the passes' spread, the sentence saying the host changed.
     error_terms: str | None = None
     host_notice: str | None = None
+    #: The run's output (daemon/output.py): its model folder in words, how often it
+    #: resumed and what that cost; the held-out losses (eval records) and the newest.
+    output: str | None = None
+    resumes: str | None = None
+    held_out: Series = field(default_factory=Series)
+    held_out_loss: float | None = None
+    held_out_step: int | None = None
 
 
 @dataclass(frozen=True)

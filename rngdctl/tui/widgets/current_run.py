@@ -13,6 +13,9 @@ from textual.widgets import Static
 from rngdctl.tui.data import RunView, ago, num, percent, run_label, status_text
 from rngdctl.tui.widgets._update import update_if_changed
 from rngdctl.tui.widgets.run_plots import RunPlots
+from rngdctl.tui.widgets.series_plot import HELD_OUT_COLOR
+
+HELD_OUT_STYLE = f"bold {HELD_OUT_COLOR}"
 
 STATUS_STYLES = {"running": "bold green", "launching": "bold green", "done": "green",
                  "failed": "bold red", "oom": "bold red", "timeout": "bold red",
@@ -56,6 +59,10 @@ def summary_text(view: RunView, now: float) -> Text:
     elif view.ended is not None:
         text.append(f"  ended {ago(now - view.ended)} ago")
     text.append(f"  last loss {num(view.last_loss, '.4f')}")
+    if view.held_out_step is not None:
+        text.append(" · held-out ")
+        text.append(num(view.held_out_loss, ".4f"), HELD_OUT_STYLE)
+        text.append(f" at step {view.held_out_step:,}")
     text.append("\nmedian 6–N ")
     text.append(num(view.median_s, ".3f", " s"), "bold")
     text.append(f" · {num(view.tok_s, ',.0f')} tok/s · model {num(view.model_s, '.3f', ' s')}"
@@ -65,6 +72,10 @@ def summary_text(view: RunView, now: float) -> Text:
         text.append(f"\nerror by term: {view.error_terms}", "dim")
     if view.host_notice:
         text.append(f"\n! {view.host_notice}", "yellow")
+    if view.output:
+        text.append(f"\noutput {view.output}", "dim")
+    if view.resumes:
+        text.append(f"\n↻ {view.resumes}", "yellow")
     if view.exit_reason and view.status not in ("running", "launching", "done"):
         text.append(f"\n✗ {view.exit_reason.splitlines()[0][:200]}", "red")
     return text

@@ -18,6 +18,7 @@ class RunPlots(Horizontal):
 
     def show(self, view: RunView) -> None:
         loss, step = self.children
-        loss.show("loss", view.loss)
+        held_out = " ● held-out" if view.held_out.points else ""
+        loss.show(f"loss{held_out}", view.loss, second=view.held_out)
         model = " · model ─" if view.model_s is not None else ""
         step.show(f"step s{model}", view.step_time, line=view.model_s)

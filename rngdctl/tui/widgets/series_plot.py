@@ -19,6 +19,8 @@ from rngdctl.tui.series import Series
 
 #: "plotext" (textual-plotext) or "textual-plot"; the benchmark sets it per measurement.
 PLOT = "plotext"
+#: The second series' colour (the held-out loss on the loss plot); the first is cyan.
+HELD_OUT_COLOR = "magenta"
 
 
 def points_note(series: Series) -> str:
@@ -30,10 +32,12 @@ def points_note(series: Series) -> str:
 
 
 class SeriesPlot(PlotextPlot):
-    """Plots a Series; an optional horizontal line marks the model's prediction."""
+    """Plots a Series; an optional horizontal line marks the model's prediction, and an
+    optional second series (the held-out loss) is drawn over it as points."""
 
-    def show(self, title: str, series: Series, *, line: float | None = None) -> None:
-        key = (title, series, line)
+    def show(self, title: str, series: Series, *, line: float | None = None,
+             second: Series | None = None) -> None:
+        key = (title, series, line, second)
         if key == getattr(self, "_shown", None):
             return  # plotext is the costliest part of a frame: only redraw on new data
         self._shown = key
@@ -45,6 +49,8 @@ class SeriesPlot(PlotextPlot):
             plt.plot(list(series.x), list(series.y), marker="hd", color="cyan")
             if line is not None:
                 plt.hline(line, color="orange")
+        if second is not None and second.x:
+            plt.scatter(list(second.x), list(second.y), marker="●", color=HELD_OUT_COLOR)
         self.refresh()
 
 
@@ -62,10 +68,11 @@ class NativeSeriesPlot(Vertical):
         yield Static()
         yield PlotWidget(allow_pan_and_zoom=False)
 
-    def show(self, title: str, series: Series, *, line: float | None = None) -> None:
+    def show(self, title: str, series: Series, *, line: float | None = None,
+             second: Series | None = None) -> None:
         from textual_plot import HiResMode, PlotWidget
 
-        key = (title, series, line)
+        key = (title, series, line, second)
         if key == getattr(self, "_shown", None):
             return
         self._shown = key
@@ -76,6 +83,8 @@ class NativeSeriesPlot(Vertical):
             plot.plot(series.x, series.y, line_style="cyan", hires_mode=HiResMode.BRAILLE)
             if line is not None:
                 plot.plot([series.x[0], series.x[-1]], [line, line], line_style="dark_orange")
+        if second is not None and second.x:
+            plot.scatter(second.x, second.y, marker="●", marker_style=HELD_OUT_COLOR)
 
 
 def series_plot(classes: str):
