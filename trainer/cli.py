@@ -199,7 +199,7 @@ def cmd_train(args) -> int:
 
     def end(status: str, error: str | None = None, **data) -> None:
         label = getattr(recipe, "label", None)
-        output = recipe.output.end_data() if recipe is not None else {}
+        output = recipe.outdir.end_data() if recipe is not None else {}
         writer.write(End(status=status, error=error, config_label=label,
                          data={**output, **data}))
 

@@ -26,7 +26,7 @@ With ``--baseline`` two things keep the step-time model's comparison honest
   so slow drift of the host hits both alike. Each pass's losses are those of
   the pass run alone (tested).
 
-With ``--out DIR`` the run delivers its result (trainer/output.py): the model
+With ``--out DIR`` the run delivers its result (trainer/outdir.py): the model
 at the end (trainer/save.py), checkpoints every ``--checkpoint-every`` main
 steps and when SIGTERM stops it after a whole step (trainer/checkpoint.py),
 and ``--resume`` (default ``auto``) goes on from the newest one exactly as if
@@ -97,7 +97,7 @@ class TrainConfig:
     interleave: int = 0  # with --baseline: alternate the passes in blocks of this many steps
     cache_dir: str | None = None  # where trained tokenizers are cached
     log: str | None = None  # records also go to this file
-    # --- the run's output (trainer/output.py) ---
+    # --- the run's output (trainer/outdir.py) ---
     out: str | None = None  # the saved model and checkpoints/ go here
     merge: bool = False  # with --lora: merged full weights instead of the adapter
     checkpoint_every: int | None = None  # main steps between checkpoints; None: on SIGTERM only
@@ -170,14 +170,14 @@ def log(msg: str) -> None:
 class Recipe:
     def __init__(self, cfg: TrainConfig, writer: RecordWriter,
                  should_stop: Callable[[], bool] = lambda: False):
-        from trainer.output import RunOutput
+        from trainer.outdir import OutputFolder
 
         cfg.validate()
         self.cfg = cfg
         self.writer = writer
         #: SIGTERM or SIGINT arrived: checked between steps, never inside one.
         self.should_stop = should_stop
-        self.output = RunOutput(self)
+        self.outdir = OutputFolder(self)
         self.eval_set = None
 
     # --- setup ---------------------------------------------------------------
@@ -255,13 +255,13 @@ class Recipe:
             plan.append((BASELINE, 0, cfg.baseline_steps
                          or default_baseline_steps(cfg.steps, cfg.interleave)))
         plan.append((MAIN, cfg.resident_layers, cfg.steps))
-        resume = self.output.find_resume()
+        resume = self.outdir.find_resume()
         self.stop_if_asked([])
         if cfg.baseline and cfg.settle:
             self.settle(cfg.settle)
         passes = [_Pass(self, *p) for p in plan]
         if resume is not None:
-            self.output.position(resume, passes)
+            self.outdir.position(resume, passes)
         if cfg.baseline and cfg.interleave:
             self.run_interleaved(passes, cfg.interleave, resume)
         else:
@@ -269,14 +269,14 @@ class Recipe:
                 if p.done:
                     continue  # finished before the checkpoint it resumed from
                 p.begin(resume)
-                self.output.started(resume, [p])
+                self.outdir.started(resume, [p])
                 while not p.done:
                     p.step()
                     self.after_step(p, passes)
                 if p.label != MAIN:
                     p.finish()  # drops the engine before the next pass builds
         main = passes[-1]
-        self.output.save(main)
+        self.outdir.save(main)
         #: The trained model (the main pass's masters), for callers in this process.
         self.model = main.engine.model if main.engine is not None else None
         return [p.finish() for p in passes]
@@ -298,7 +298,7 @@ class Recipe:
         live = [p for p in passes if not p.done]
         for p in live:
             p.begin(resume)
-        self.output.started(resume, live)
+        self.outdir.started(resume, live)
         for which in order[done:]:
             passes[which].step()
             self.after_step(passes[which], passes)
@@ -312,7 +312,7 @@ class Recipe:
                                                                and n % cfg.eval_every == 0)):
                 self.evaluate(p)
             if cfg.out and cfg.checkpoint_every and n % cfg.checkpoint_every == 0:
-                self.output.checkpoint(passes)
+                self.outdir.checkpoint(passes)
         if not all(q.done for q in passes):
             self.stop_if_asked(passes)
 
@@ -322,7 +322,7 @@ class Recipe:
         if not self.should_stop():
             return
         if self.cfg.out:
-            raise self.output.preempt(passes)
+            raise self.outdir.preempt(passes)
         raise Cancelled("stopped by SIGTERM after a whole step (no --out: no checkpoint)")
 
     def evaluate(self, p: _Pass) -> None:
@@ -331,7 +331,7 @@ class Recipe:
         t0 = time.perf_counter()
         loss, tokens = p.engine.evaluate(self.eval_set)
         seconds = time.perf_counter() - t0
-        self.output.phases["eval_s"] += seconds
+        self.outdir.phases["eval_s"] += seconds
         record = Eval(config_label=p.label, step=p.steps_done, loss=loss, tokens=tokens,
                       examples=self.eval_examples, seconds=round(seconds, 6))
         self.writer.write(record)
@@ -483,7 +483,7 @@ class _Pass:
         self.engine = engine = recipe.build_engine(self.resident)
         placement = engine.placement
         if self.steps_done:  # resumed: the checkpoint's masters, moments and start config
-            recipe.output.load_engine(resume, self)
+            recipe.outdir.load_engine(resume, self)
             config = self.config
         else:
             config = recipe.config_record(engine, self.steps)

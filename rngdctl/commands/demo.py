@@ -112,14 +112,13 @@ def _echo_model(home, run_id: int) -> None:
 
 def _echo_saved(home, run_id: int) -> None:
     """Where the fine-tuned model is, and the one line of Python that loads it."""
+    from daemon import output
+
     with home.store() as store:
-        saved = store.events(run_id=run_id, kinds=["saved"], limit=1)
-    if not saved:
-        return
-    path = saved[-1]["data"]["path"]
-    click.echo(f"model: {path}")
-    click.echo(f"  load it: python -c \"from transformers import AutoModelForCausalLM; "
-               f"m = AutoModelForCausalLM.from_pretrained('{path}')\"")
+        model = output.run_output(store, store.run(run_id)).model
+    if model.written:
+        click.echo(f"model: {model.path}")
+        click.echo(f'  load it: python -c "{model.load_line()}"')
 
 
 @click.command()

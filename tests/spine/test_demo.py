@@ -50,7 +50,8 @@ def test_the_demo_trains_and_writes_its_note(home, reaper):
     model = home.path / "runs" / "1" / "model"
     assert f"model: {model}" in lines
     load = lines[-1].strip().removeprefix("load it: python -c ").strip('"')
-    check = subprocess.run([sys.executable, "-c", load + "; print(m.config.num_hidden_layers)"],
+    check = subprocess.run([sys.executable, "-c",
+                            load + "; print(model.config.num_hidden_layers)"],
                            capture_output=True, text=True, timeout=300, check=False)
     assert check.stdout.strip() == "4", check.stderr
 

@@ -68,7 +68,7 @@ def test_a_split_holds_out_whole_examples_disjoint_from_training():
 
 def test_the_eval_time_is_its_own_phase_in_the_end_data():
     recipe, recs = run(eval_data="synthetic")
-    assert recipe.output.end_data()["phases"]["eval_s"] == pytest.approx(
+    assert recipe.outdir.end_data()["phases"]["eval_s"] == pytest.approx(
         sum(e.seconds for e in of(recs, Eval)), rel=1e-3)
     assert not of(recs, End)  # the CLI writes the end record, with these phases
 

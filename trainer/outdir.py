@@ -1,6 +1,6 @@
 """The run's output folder, as the recipe uses it: resume, checkpoints, the saved model.
 
-``RunOutput`` is what trainer/train.py calls between steps; the formats are
+``OutputFolder`` is what trainer/train.py calls between steps; the formats are
 trainer/checkpoint.py's and trainer/save.py's. It also keeps the time spent
 outside every step (``phases``: evaluating, checkpointing, saving, resuming),
 which the ``end`` record carries, never a step.
@@ -71,7 +71,7 @@ def differences(theirs: dict, ours: dict) -> list[str]:
     return out
 
 
-class RunOutput:
+class OutputFolder:
     def __init__(self, recipe):
         self.recipe = recipe
         self.cfg = recipe.cfg
