@@ -21,7 +21,8 @@ from daemon import faults
 
 pytestmark = pytest.mark.slow
 
-STEPS = 24
+#: Long enough that the run is still going when the test stops it after its first checkpoint.
+STEPS = 300
 RUN = ["--cards", "1", "--resident", "1", "--seq-len", "16", "--accum", "1", "--lr", "1e-3",
        "--model", "tiny-llama", "--steps", str(STEPS), "--checkpoint-every", "4"]
 
@@ -48,9 +49,12 @@ def past_a_checkpoint(home, run):
     """The trainer's pid once a checkpoint is stored and steps beyond it too."""
     with home.store() as store:
         written = store.events(run_id=run, kinds=["checkpoint"])
-        if not written or store.step_counts(run).get("main", 0) < written[-1]["data"]["step"] + 2:
+        stored = store.step_counts(run).get("main", 0)
+        if not written or stored < written[0]["data"]["step"] + 2:
             return None
-        return store.run(run)["pid"]
+        current = store.run(run)
+        assert current["status"] == "running", "the run ended before the test could stop it"
+        return current["pid"]
 
 
 def logged_copies(home, run) -> dict[int, set[float]]:
