@@ -31,6 +31,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 
 #: Seconds one reading (the whole child process) may take.
@@ -149,39 +150,67 @@ class CardsReading:
                 "version": self.version, "driver": self.driver}
 
 
-def _child_failure(done: subprocess.CompletedProcess) -> str:
-    code = done.returncode
+def _child_failure(code: int, stderr: str) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
         return f"furiosa_smi crashed (killed by {name}): no card readings"
-    last = (done.stderr.strip().splitlines() or [f"exit {code}"])[-1][:160]
+    last = (stderr.strip().splitlines() or [f"exit {code}"])[-1][:160]
     return f"furiosa_smi exited {code} ({last}): no card readings"
+
+
+class Pending:
+    """A reading under way in its child process: ``result()`` waits for it (its timeout
+    counted from the start), so a caller can do other work meanwhile."""
+
+    def __init__(self, python=None, timeout: float = TIMEOUT, env: dict | None = None,
+                 prefix=()):
+        self.argv = [*prefix, *([python] if isinstance(python, str)
+                                else python or [sys.executable]),
+                     "-c", CHILD, ",".join(THROTTLE_REASONS)]
+        self.timeout = timeout
+        self._started = time.monotonic()
+        self._error: OSError | None = None
+        try:
+            self._process = subprocess.Popen(self.argv, stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                             text=True, env=env)
+        except OSError as exc:
+            self._process, self._error = None, exc
+
+    def result(self) -> CardsReading:
+        if self._process is None:
+            return CardsReading(why=f"cannot run {self.argv[0]} for furiosa_smi: "
+                                    f"{self._error.strerror}", failed=True)
+        left = max(0.0, self.timeout - (time.monotonic() - self._started))
+        try:
+            stdout, stderr = self._process.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.communicate()
+            return CardsReading(why=f"furiosa_smi gave no reading within {self.timeout:g} s "
+                                    f"(the binding hung, in the driver?): no card readings",
+                                failed=True)
+        return parse(self._process.returncode, stdout, stderr)
 
 
 def read_once(python=None, timeout: float = TIMEOUT, env: dict | None = None,
               prefix=()) -> CardsReading:
     """One child-process reading. ``python``: the interpreter (a path or an argv list;
     default this one); ``prefix``: argv put before it (tests run it in a namespace)."""
-    argv = [*prefix, *([python] if isinstance(python, str) else python or [sys.executable]),
-            "-c", CHILD, ",".join(THROTTLE_REASONS)]
+    return Pending(python, timeout, env, prefix).result()
+
+
+def parse(returncode: int, stdout: str, stderr: str) -> CardsReading:
+    """The child's answer as a reading, or its one line of why not."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              check=False, stdin=subprocess.DEVNULL, env=env)
-    except subprocess.TimeoutExpired:
-        return CardsReading(why=f"furiosa_smi gave no reading within {timeout:g} s (the binding "
-                                f"hung, in the driver?): no card readings", failed=True)
-    except OSError as exc:
-        return CardsReading(why=f"cannot run {argv[0]} for furiosa_smi: {exc.strerror}",
-                            failed=True)
-    try:
-        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        answer = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         answer = None
     if not isinstance(answer, dict):
-        return CardsReading(why=_child_failure(done), failed=True)
+        return CardsReading(why=_child_failure(returncode, stderr), failed=True)
     version = answer.get("version")
     if "missing" in answer:
         return CardsReading(why=f"furiosa-smi is not installed ({answer['missing']}): {INSTALL}")
@@ -238,8 +267,12 @@ class CardReader:
         self.python, self.timeout, self.env, self.prefix = python, timeout, env, tuple(prefix)
         self._counters: dict[str, dict] = {}
 
-    def read(self) -> CardsReading:
-        reading = read_once(self.python, self.timeout, self.env, self.prefix)
+    def start(self) -> Pending:
+        return Pending(self.python, self.timeout, self.env, self.prefix)
+
+    def read(self, pending: Pending | None = None) -> CardsReading:
+        """A reading (``pending``'s, when one was started), with each card's utilization."""
+        reading = (pending or self.start()).result()
         for card in reading.cards:
             key = card["uuid"] or card["card"]
             card["util"] = utilization(card["counters"], self._counters.get(key), card["cores"])
