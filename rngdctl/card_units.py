@@ -40,3 +40,26 @@ def reasons(names) -> str:
     from daemon.smi import reason_words
 
     return ", ".join(reason_words(n) for n in names or ()) or DASH
+
+
+def card_name(row: dict) -> str:
+    return f"{row['node']}/{row['card']}" if row.get("node") else row["card"]
+
+
+def card_range(row: dict) -> str:
+    """A card's readings over a run (``Store.card_ranges``): ``npu1 55.0–61.5 °C,
+    90–120 W, 12–80 % busy``."""
+    return (f"{card_name(row)} {span(row['temp_min'], row['temp_max'], temp)}, "
+            f"{span(row['power_min'], row['power_max'], watts)}, "
+            f"{span(row['util_min'], row['util_max'], util)} busy")
+
+
+def throttle_text(row: dict) -> str | None:
+    """``npu1 throttled (thermal slowdown) in 2 of 42 readings``, or None."""
+    from daemon.smi import BENIGN_THROTTLE
+
+    if not row.get("throttled"):
+        return None
+    slowing = [r for r in row.get("throttle") or () if r not in BENIGN_THROTTLE]
+    return (f"{card_name(row)} throttled ({reasons(slowing)}) in {row['throttled']} "
+            f"of {row['readings']} readings")

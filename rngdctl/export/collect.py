@@ -95,6 +95,8 @@ class RunReport:
     model_notes: list[str] = field(default_factory=list)
     comparison: stepmodel.Comparison | None = None
     k8s: K8sConfig | None = None
+    #: Each card the run held: its readings' ranges and throttling (Store.card_ranges).
+    cards: list[dict] = field(default_factory=list)
 
     @property
     def id(self) -> int:
@@ -125,6 +127,7 @@ class RunReport:
             "step1_loss": self.summary.first_loss,
             "nonfinite_losses": self.summary.nonfinite_losses,
             "host_load_range": self.host_load,
+            "cards": self.cards,
             "gate_checks": self.gates.checks,
             "gate_load_range": self.gates.load_range,
             "loss_table": [
@@ -195,6 +198,7 @@ def collect(store: Store, ref: int | str, *, k8s: K8sConfig | None = None) -> Ru
         events=store.events(run_id=run_id),
         store=store,
         k8s=k8s,
+        cards=store.card_ranges(run_id),
     )
     if baseline.steps:
         report.model_rows, report.model_notes = model_rows(store, report)
