@@ -15,17 +15,37 @@ COLUMNS = ("CARD", "ALIVE", "TEMP", "AMBIENT", "POWER", "UTIL", "MEMORY", "CORES
 _INTERNAL = ("counters",)
 
 
+def _local_holders(config, proc: str) -> dict:
+    """The holder scan without Kubernetes: /proc alone, no launcher and no store (what the
+    local launcher's report gives, and quicker to start)."""
+    import socket
+
+    from daemon import holders
+    from daemon.probes import read_host
+
+    now = time.time()
+    host = read_host(tuple(config.gates.device_globs), proc=proc, now=now)
+    found = holders.correlate(host, node=socket.gethostname(), pods=None, uids={},
+                              idle_since={}, now=now)
+    return {"time": now, "holders": [r.as_dict() for r in found.rows]}
+
+
 def read_cards(home, reader, launcher_name: str | None, proc: str = "/proc",
                **k8s_flags) -> dict:
     """One reading of this host's cards, each with its holders (the holder scan, run while
     furiosa-smi's child process reads)."""
     from daemon import smi
-    from rngdctl.commands.holders import read_holders
 
     pending = reader.start()
-    found = read_holders(home, launcher_name, proc, **k8s_flags)
+    config = home.config()
+    if (launcher_name or config.daemon.launcher) == "k8s":
+        from rngdctl.commands.holders import read_holders
+
+        found = read_holders(home, launcher_name, proc, **k8s_flags)
+    else:
+        found = _local_holders(config, proc)
     reading = reader.read(pending)
-    max_temp_c = home.config().gates.max_temp_c
+    max_temp_c = config.gates.max_temp_c
     cards = []
     for card in reading.cards:
         holders = [{k: h[k] for k in ("pid", "user", "command", "pod", "job", "run", "mark")}
