@@ -104,7 +104,7 @@ def card_health(reading: smi.CardsReading | None, max_temp_c: float, rows=(),
     reason, or past ``max_temp_c``. Informational (n/a) without a reading: furiosa-smi
     absent, no card, or a reading that failed. A card a pod holds is not counted: the
     device plugin gave it to that pod, so it is not ours to be given."""
-    threshold = f"alive, no hw throttle, <= {max_temp_c:g} °C"
+    threshold = f"<= {max_temp_c:g} °C"  # and alive, not hardware-throttled (the detail)
     prefix = f"{where}: " if where else ""
     if reading is None:
         return Gate(CARD_HEALTH, None, threshold, NA, f"{prefix}no card reading yet")
