@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import DataTable
+from textual.widgets import Static
 
 from rngdctl import card_units as units
 from rngdctl.tui.data import CardRow, ago
-from rngdctl.tui.widgets._table import sync_rows
+from rngdctl.tui.widgets._update import update_if_changed
 
 COLUMNS = ("card", "temp", "power", "util", "memory", "held")
 GIB = float(1 << 30)
@@ -63,22 +61,20 @@ def _memory(row: CardRow) -> str:
     return f"{row.memory_used / GIB:.1f}{total} GiB"
 
 
-class CardsPanel(Vertical):
+class CardsPanel(Static, can_focus=True):
     """One row a card: name (✗ not alive, ⚠ throttling), temperature, power and utilization
-    with bars of the last minutes, memory in use, and the run or process holding it."""
+    with bars of the last minutes, memory in use, and the run or process holding it.
 
-    def compose(self) -> ComposeResult:
-        table = DataTable(id="cards-table", cursor_type="row")
-        table.add_columns(*COLUMNS)
-        yield table
+    Plain text, not a DataTable: nothing is selected here, and a new reading changes
+    every row, which a DataTable renders cell by cell (issue 27's frame-time figure)."""
 
     def show(self, rows: tuple[CardRow, ...], now: float) -> None:
         self.display = bool(rows)
         if not rows:
             return
         nodes = len({r.node for r in rows})
-        sync_rows(self.query_one(DataTable), [(f"{r.node or ''}/{r.card}", _cells(r, nodes))
-                                              for r in rows])
+        update_if_changed(self, table_text([_cells(r, nodes) for r in rows]),
+                          key=tuple(_cells(r, nodes) for r in rows))
         throttling = sum(1 for r in rows if any(t != "Idle" for t in r.throttle))
         dead = sum(1 for r in rows if r.alive is False)
         text = f"{len(rows)} card{'s' if len(rows) != 1 else ''}"
@@ -86,4 +82,22 @@ class CardsPanel(Vertical):
             text += f", {dead} not alive"
         if throttling:
             text += f", {throttling} throttling"
-        self.border_subtitle = f"{text} · read {ago(min(r.age for r in rows))} ago"
+        subtitle = f"{text} · read {ago(min(r.age for r in rows))} ago"
+        if self.border_subtitle != subtitle:
+            self.border_subtitle = subtitle
+
+
+def table_text(rows: list[tuple]) -> Text:
+    """The header and one line a card, columns padded to their widest cell."""
+    cells = [tuple(Text(c) if isinstance(c, str) else c for c in row)
+             for row in [COLUMNS, *rows]]
+    widths = [max(row[i].cell_len for row in cells) for i in range(len(COLUMNS))]
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for n, row in enumerate(cells):
+        line = Text("  ").join(cell + " " * (w - cell.cell_len) for cell, w in zip(row, widths))
+        if n == 0:
+            line.stylize("bold")
+        text.append_text(line)
+        if n < len(cells) - 1:
+            text.append("\n")
+    return text
