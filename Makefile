@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: the CPU wheel; an open range would pull a CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[trainer,dev]'
+	$(PY) -m pip install -q -e '.[trainer,dev,smi]'
 	touch $(STAMP)
 
 demo: $(STAMP)

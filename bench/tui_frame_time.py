@@ -1,19 +1,20 @@
 """TUI frame time with a 100,000-step run: each refresh must render in at most 50 ms.
 
     .venv/bin/python bench/tui_frame_time.py [--steps 100000] [--frames 30]
-        [--eval-every 100] [--plots plotext,textual-plot] [--profile 40]
+        [--eval-every 100] [--plots plotext,textual-plot] [--profile 40] [--cards 8]
 
 ``--plots ...,textual-plot`` needs the ``bench`` extra: ``.venv/bin/pip install -e '.[bench]'``.
 
 Builds a home whose running run has a 10-step baseline and STEPS main steps
-(plus gate checks, an hour of host samples and a device holder), and a held-out
-loss every EVAL_EVERY steps (0: none), opens the app headless at 120x40 and
-measures, per refresh:
+(plus gate checks, an hour of host samples, a device holder and ``--cards``
+cards' furiosa-smi readings every 10 s for 10 minutes, so the cards panel shows,
+``--cards 0`` for none), and a held-out loss every EVAL_EVERY steps (0: none),
+opens the app headless at 120x40 and measures, per refresh:
 
 - data: the refresh worker's ``ViewSource.build()`` (in its thread), with one
-  new step stored before each refresh, as while a run is live, and a new
-  held-out loss every tenth refresh; the first, cold build (every step read
-  once) is reported apart;
+  new step (and each card's reading) stored before each refresh, as while a run
+  is live, and a new held-out loss every tenth refresh; the first, cold build
+  (every step read once) is reported apart;
 - frame: the UI thread's part: the snapshot copied into the panels, the
   layout, and a full render of the screen to text (the plots included).
 
@@ -65,7 +66,20 @@ def held_out(n: int, t0: float) -> records.Eval:
     return records.Eval(records.MAIN, n, 2.2 / (1 + n / 6000), 65_536, 256, 3.1, time=t0 + 4.5 * n)
 
 
-def build_home(path: Path, steps: int, now: float, eval_every: int = 0) -> tuple[Home, int]:
+def card_readings(cards: int, now: float, run_id: int, i: int) -> list[dict]:
+    """The cards' reading number ``i``: half of them the run's, one throttling."""
+    return [{"card": f"npu{c}", "uuid": f"u{c}", "alive": True,
+             "temp_c": 45.0 + 3 * c + (i * 7 + c) % 11, "ambient_c": 31.0,
+             "power_w": 60.0 + 10 * c + (i * 3 + c) % 13, "power_limit_w": 180.0,
+             "util": ((i * 5 + c) % 20) / 20, "memory_used": (c + 1) << 30,
+             "memory_total": 47 << 30, "cores_occupied": 4,
+             "throttle": ["ThermalSlowdown"] if c == cards - 1 else ["Idle"],
+             "throttled": c == cards - 1, "run_id": run_id if c < cards // 2 else None}
+            for c in range(cards)]
+
+
+def build_home(path: Path, steps: int, now: float, eval_every: int = 0,
+               cards: int = 8) -> tuple[Home, int]:
     home = Home(path).ensure()
     with home.store() as store:
         config = {"cards": 2, "resident": 8, "steps": steps + 1000, "model": "llama-3.1-8b-mini",
@@ -91,6 +105,8 @@ def build_home(path: Path, steps: int, now: float, eval_every: int = 0) -> tuple
         store.add_sample(load=(3.0, 2.0, 2.0), holders=[{"pid": 4121, "user": "kim",
                          "cmdline": "python bench.py", "files": ["/dev/rngd/npu0pe0-3"],
                          "started": now - 900}], now=now)
+        for i in range(60 if cards else 0):
+            store.add_card_samples(card_readings(cards, now, run_id, i), now=now - 600 + 10 * i)
         store.daemon_started(pid=1, launcher="local", home=str(path), now=now - 5e5)
         store.daemon_heartbeat(now=now)
     return home, run_id
@@ -102,7 +118,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def measure(home: Home, run_id: int, steps: int, frames: int, now: float,
-                  plot: str = "plotext", profile=None, evals: bool = False) -> dict:
+                  plot: str = "plotext", profile=None, evals: bool = False,
+                  cards: int = 8) -> dict:
     from rngdctl.tui.app import RngdApp
     from rngdctl.tui.widgets import series_plot
 
@@ -130,6 +147,9 @@ async def measure(home: Home, run_id: int, steps: int, frames: int, now: float,
             if evals and i % 10 == 0:
                 source.store.add_evals(run_id, [held_out(n, now - 4.5 * steps)])
             clock["now"] += 1.0
+            if cards:
+                source.store.add_card_samples(card_readings(cards, now, run_id, 60 + i),
+                                              now=clock["now"])
             t = time.perf_counter()
             snapshot = source.build()
             data_ms.append((time.perf_counter() - t) * 1000)
@@ -149,7 +169,7 @@ async def measure(home: Home, run_id: int, steps: int, frames: int, now: float,
             await pilot.pause()
         frame = app.frame_text()
     current = snapshot.current
-    return {"cold_ms": cold_ms, "data_ms": data_ms, "frame_ms": frame_ms,
+    return {"cards": len(snapshot.cards), "cold_ms": cold_ms, "data_ms": data_ms, "frame_ms": frame_ms,
             "frame_cpu_ms": frame_cpu_ms,
             "loss_points": len(current.loss.x), "loss_behind": current.loss.points,
             "time_points": len(current.step_time.x), "time_behind": current.step_time.points,
@@ -168,6 +188,9 @@ def main() -> int:
     parser.add_argument("--plots", default="plotext",
                         help="plot widgets to measure, in turn on the same store: plotext "
                              "(textual-plotext, the app's), textual-plot")
+    parser.add_argument("--cards", type=int, default=8,
+                        help="cards with readings in the store, shown by the cards panel "
+                             "(0: none, the panel hidden)")
     parser.add_argument("--profile", type=int, metavar="N", default=0,
                         help="cProfile the UI thread's frames (timed too, so slower) and "
                              "print the N functions with the most cumulative time per widget")
@@ -178,17 +201,23 @@ def main() -> int:
               "(textual-plot==0.10.1, the version measured in docs/performance.md), or leave "
               "it out of --plots", file=sys.stderr)
         return 2
+    import subprocess
+
+    print(subprocess.run(["sh", "-c", "lscpu | grep 'Model name'"], capture_output=True,
+                         text=True, check=False).stdout.strip())
     now = 1_790_000_000.0
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
-        home, run_id = build_home(Path(tmp) / "home", args.steps, now, args.eval_every)
+        home, run_id = build_home(Path(tmp) / "home", args.steps, now, args.eval_every,
+                                  args.cards)
         build_s = time.perf_counter() - t
         print(f"store with {args.steps:,} steps built in {build_s:.1f} s")
         for i, plot in enumerate(args.plots.split(",")):
             profile = cProfile.Profile() if args.profile else None
             r = asyncio.run(measure(home, run_id, args.steps + i * args.frames, args.frames,
-                                    now, plot, profile, evals=args.eval_every > 0))
+                                    now, plot, profile, evals=args.eval_every > 0,
+                                    cards=args.cards))
             print(f"--- plot widget: {plot}")
             ok &= report(r, args)
             if profile is not None:
@@ -204,6 +233,7 @@ def report(r: dict, args) -> bool:
     print(f"plots: loss {r['loss_points']} points for {r['loss_behind']:,} steps, "
           f"step time {r['time_points']} points for {r['time_behind']:,} steps, "
           f"held-out {r['held_out_points']} points for {r['held_out_behind']:,} evaluations")
+    print(f"cards panel: {r['cards']} cards")
     print(f"cold build (every step read once): {r['cold_ms']:.0f} ms")
     print(f"data per refresh (worker thread):  median {statistics.median(data):.1f} ms, "
           f"p95 {percentile(data, 0.95):.1f} ms, max {max(data):.1f} ms over {len(data)}")

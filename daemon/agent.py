@@ -2,8 +2,8 @@
 
 Each tick the agent reads the host load, the ``/dev/rngd*`` holders joined to
 their pods (one list call for the pods bound to its node) and, where
-furiosa-smi is installed, each card's temperature, power, memory and error
-counters (daemon/smi.py); then it
+furiosa-smi's binding is installed, each card's readings (daemon/smi.py: alive,
+temperature, power, utilization since the last tick, memory, throttling); then it
 writes them with a heartbeat into its ConfigMap ``rngdctl-agent-<node>``
 (one patch, or a create the first time). No port and no protocol of our own:
 the daemon lists the ConfigMaps. The memory of idle card pods (phantoms)
@@ -26,7 +26,7 @@ log = logging.getLogger("rngdctl.agent")
 class Agent:
     def __init__(self, client: K8sClient, *, namespace: str, node: str, tick: float = 5.0,
                  proc: str = "/proc", globs=("/dev/rngd*", "/dev/rngd/*"),
-                 phantom_after: float = holders.PHANTOM_AFTER, read_cards=smi.read_all,
+                 phantom_after: float = holders.PHANTOM_AFTER, read_cards=None,
                  clock=time.time):
         self.client = client
         self.namespace = namespace
@@ -35,7 +35,8 @@ class Agent:
         self.proc = proc
         self.globs = tuple(globs)
         self.phantom_after = phantom_after
-        self.read_cards = read_cards
+        # A reader of its own keeps the counters that make each tick's utilization.
+        self.read_cards = read_cards or smi.CardReader()
         self.clock = clock
         self.name = nodes.configmap_name(node)
         self._idle: dict[str, float] | None = None  # None: not yet read back from the API

@@ -82,6 +82,48 @@ def _fold_minute(minute: float, run_id: int | None, group: list[dict]) -> dict:
     }
 
 
+# === card readings ===========================================================
+
+#: (value column, its range's columns) of a card reading.
+CARD_RANGES = (("temp_c", "temp_min", "temp_max"), ("power_w", "power_min", "power_max"),
+               ("util", "util_min", "util_max"))
+
+
+def fold_card_samples(rows: list[dict]) -> list[dict]:
+    """One row per (minute, run tag, node, card) from raw card readings (``throttle``
+    decoded lists)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        minute = math.floor(row["time"] / MINUTE) * MINUTE
+        groups[(minute, row["run_id"], row["node"], row["card"])].append(row)
+    order = sorted(groups, key=lambda k: (k[0], -1 if k[1] is None else k[1], k[2] or "", k[3]))
+    return [_fold_card_minute(key, groups[key]) for key in order]
+
+
+def _fold_card_minute(key: tuple, group: list[dict]) -> dict:
+    minute, run_id, node, card = key
+
+    def values(name: str) -> list:
+        return [r[name] for r in group if r[name] is not None]
+
+    folded = {"time": minute, "run_id": run_id, "node": node, "card": card, "n": len(group),
+              "uuid": group[-1]["uuid"], "power_limit_w": group[-1]["power_limit_w"],
+              "throttled": sum(r["throttled"] or 0 for r in group)}
+    alive = values("alive")
+    folded["alive"] = min(alive) if alive else None
+    for name in ("ambient_c", *(c for c, _, _ in CARD_RANGES)):
+        v = values(name)
+        folded[name] = statistics.fmean(v) if v else None
+    for name, low, high in CARD_RANGES:
+        v = values(name)
+        folded[low], folded[high] = (min(v), max(v)) if v else (None, None)
+    for name in ("memory_used", "memory_total", "cores_occupied"):
+        v = values(name)
+        folded[name] = max(v) if v else None
+    folded["throttle"] = sorted({r for row in group for r in row["throttle"] or []})
+    return folded
+
+
 # === gate checks =============================================================
 
 
@@ -154,10 +196,11 @@ class Compactor:
         try:
             samples, more_samples = self.store.compact_samples(before, self.batch)
             checks, more_checks = self.store.compact_gate_checks(before, self.batch)
+            cards, more_cards = self.store.compact_card_samples(before, self.batch)
         except sqlite3.Error as exc:  # compaction must never cost a tick
             log.warning("store compaction failed: %s", exc)
             self.next_time = now + self.every
             return None
-        backlog = more_samples or more_checks
+        backlog = more_samples or more_checks or more_cards
         self.next_time = now + (min(BACKLOG_EVERY, self.every) if backlog else self.every)
-        return samples + checks
+        return samples + checks + cards

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from daemon import smi
 from daemon.holders import describe as describe_holder
 from daemon.probes import HostReading
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
 
 #: Gate names, in the order they are shown.
-HOST_LOAD, DEVICE_IDLE, CARDS_FREE, IMAGE_PRESENT, ONE_AT_A_TIME = (
-    "host_load", "device_idle", "cards_free", "image_present", "one_at_a_time")
-GATE_NAMES = (HOST_LOAD, DEVICE_IDLE, CARDS_FREE, IMAGE_PRESENT, ONE_AT_A_TIME)
+HOST_LOAD, DEVICE_IDLE, CARD_HEALTH, CARDS_FREE, IMAGE_PRESENT, ONE_AT_A_TIME = (
+    "host_load", "device_idle", "card_health", "cards_free", "image_present", "one_at_a_time")
+GATE_NAMES = (HOST_LOAD, DEVICE_IDLE, CARD_HEALTH, CARDS_FREE, IMAGE_PRESENT, ONE_AT_A_TIME)
 #: With node agents (daemon/nodes.py): an informational gate, never blocking. Its reading
 #: is the node the run would go to (the closest, when every node blocks), its detail
 #: every node's verdict, one line each.
@@ -67,6 +68,8 @@ class ClusterReading:
     #: may hold at once (``[k8s] runs_per_node``). None: one run at a time in all.
     node: str | None = None
     per_node: int = 1
+    #: With node agents: the launch node's card reading (daemon/smi.py), from its agent.
+    card_reading: smi.CardsReading | None = None
 
 
 def _host_load(host: HostReading, load_max: float) -> Gate:
@@ -93,6 +96,25 @@ def _device_idle(host: HostReading, own_pids: set[int], rows=()) -> Gate:
     if not host.complete:
         detail += f"; {host.visibility_note}"
     return Gate(DEVICE_IDLE, len(others), "0 holders", FAIL if others else PASS, detail)
+
+
+def card_health(reading: smi.CardsReading | None, max_temp_c: float, rows=(),
+                where: str = "") -> Gate:
+    """No card that a run could be given is dead, throttling for a thermal or hardware
+    reason, or past ``max_temp_c``. Informational (n/a) without a reading: furiosa-smi
+    absent, no card, or a reading that failed. A card a pod holds is not counted: the
+    device plugin gave it to that pod, so it is not ours to be given."""
+    threshold = f"<= {max_temp_c:g} °C"  # and alive, not hardware-throttled (the detail)
+    prefix = f"{where}: " if where else ""
+    if reading is None:
+        return Gate(CARD_HEALTH, None, threshold, NA, f"{prefix}no card reading yet")
+    if reading.why or not reading.cards:
+        return Gate(CARD_HEALTH, None, threshold, NA,
+                    prefix + (reading.why or "furiosa-smi listed no card"))
+    held = {card for r in rows if r.pod and not r.orphan for card in r.cards}
+    found = smi.health(reading.cards, max_temp_c, skip=held)
+    return Gate(CARD_HEALTH, len(found.unhealthy), threshold,
+                FAIL if found.unhealthy else PASS, found.detail(where))
 
 
 def _cards_free(cluster: ClusterReading, cards: int) -> Gate:
@@ -137,18 +159,24 @@ def one_at_a_time(active: list[dict], node: str | None = None, per_node: int = 1
 
 
 def evaluate(*, host: HostReading, cluster: ClusterReading, cards: int, active: list[dict],
-             load_max: float, own_pids: set[int] = frozenset(), holders=()) -> list[Gate]:
+             load_max: float, own_pids: set[int] = frozenset(), holders=(),
+             card_reading: smi.CardsReading | None = None,
+             max_temp_c: float = 90.0) -> list[Gate]:
     """Every gate for a run that needs ``cards`` cards, in GATE_NAMES order.
 
     ``holders``: the holder report's rows (``daemon.holders``), so that the
-    device-idle gate names the pod that holds a card.
+    device-idle gate names the pod that holds a card. ``card_reading``: this
+    host's newest card reading (daemon/cards.py), None before the first.
     """
+    where = ""
     if cluster.host is not None:  # the node's agent read it: the daemon may run elsewhere
         host, holders = cluster.host, cluster.holders
+        card_reading, where = cluster.card_reading, cluster.node or ""
     return [
         *cluster.extra[:1],
         _host_load(host, load_max),
         _device_idle(host, set(own_pids), holders),
+        card_health(card_reading, max_temp_c, holders, where),
         _cards_free(cluster, cards),
         _image_present(cluster),
         one_at_a_time(active, cluster.node, cluster.per_node),

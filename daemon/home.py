@@ -36,6 +36,7 @@ class GateConfig:
     consecutive: int = 1  # gates must pass on this many ticks in a row before a launch
     device_globs: list[str] = field(default_factory=lambda: ["/dev/rngd*", "/dev/rngd/*"])
     phantom_after: float = 600.0  # seconds a card pod may hold no device file: then a phantom
+    max_temp_c: float = 90.0  # a card hotter than this (furiosa-smi's soc_peak) is not used
 
 
 @dataclass
@@ -53,6 +54,7 @@ class DaemonConfig:
     compact_every: float = 3600.0  # seconds between two compactions of the store
     follow_failures: int = 5  # a run whose follow fails this many ticks in a row is failed
     max_attempts: int = 3  # tries of a run before a transient failure fails it (daemon/retry.py)
+    card_sample_s: float = 10.0  # seconds between two furiosa-smi card readings (daemon/cards.py)
 
 
 @dataclass
@@ -159,6 +161,9 @@ def parse_config(text: str) -> Config:
     if not config.daemon.full_resolution_days >= 0 or not config.daemon.compact_every > 0:
         raise ConfigError("config.toml: [daemon] full_resolution_days must be >= 0 and "
                           "compact_every > 0")
+    if not config.daemon.card_sample_s > 0:
+        raise ConfigError(f"config.toml: [daemon] card_sample_s must be > 0, "
+                          f"got {config.daemon.card_sample_s}")
     if config.k8s.runs_per_node < 1:
         raise ConfigError(f"config.toml: [k8s] runs_per_node must be >= 1, "
                           f"got {config.k8s.runs_per_node}")
@@ -204,6 +209,7 @@ DEFAULT_CONFIG_TEXT = """\
 load_max = 150.0        # the 1-minute load average must be below this
 consecutive = 1         # gates must pass on this many ticks in a row (k8s: at least 2)
 phantom_after = 600.0   # seconds a pod with cards may hold no device file before it is a phantom
+max_temp_c = 90.0       # a card hotter than this (furiosa-smi soc_peak, °C) is not launched on
 
 [daemon]
 launcher = "local"      # local | k8s
@@ -214,6 +220,7 @@ follow_failures = 5     # a run whose follow/ingest fails this many ticks in a r
 max_attempts = 3        # tries of a run before a transient failure fails it (see docs)
 full_resolution_days = 30.0  # older samples fold to one row a minute, gate checks to runs
 compact_every = 3600.0  # seconds between two compactions (a bounded batch each)
+card_sample_s = 10.0    # seconds between two card readings (furiosa-smi, where installed)
 
 [notify]
 # command = "notify-send rngdctl 'run {id} {name}: {status}'"  # no shell; see README

@@ -13,6 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 
+from daemon import smi
 from daemon.gates import (
     CARDS_FREE,
     DEVICE_IDLE,
@@ -22,6 +23,7 @@ from daemon.gates import (
     NODES,
     PASS,
     Gate,
+    card_health,
     one_at_a_time,
 )
 from daemon.holders import HolderRow, describe
@@ -173,15 +175,23 @@ def _idle_gate(state: NodeState, own_runs: set[int]) -> Gate:
     return Gate(DEVICE_IDLE, len(others), "0 holders", FAIL if others else PASS, detail)
 
 
+def agent_cards(agent: AgentReading) -> smi.CardsReading:
+    """An agent's card reading in the reader's form (daemon/smi.py)."""
+    return smi.CardsReading(cards=agent.cards, why=agent.cards_note)
+
+
 def node_gates(state: NodeState, *, cards: int, load_max: float, active: list[dict],
-               now: float, per_node: int = 1) -> list[Gate]:
-    """The gates of one node for a run needing ``cards``: agent, load, holders, cards, and
-    room for one more of our runs there (fewer than ``per_node`` active)."""
+               now: float, per_node: int = 1, max_temp_c: float = 90.0) -> list[Gate]:
+    """The gates of one node for a run needing ``cards``: agent, load, holders, card health,
+    cards, and room for one more of our runs there (fewer than ``per_node`` active)."""
     own_runs = {r["id"] for r in active}
+    agent = state.agent
     return [
         _agent_gate(state, now),
         _load_gate(state, load_max),
         _idle_gate(state, own_runs),
+        card_health(agent_cards(agent) if agent else None, max_temp_c,
+                    agent.holders if agent else (), state.name),
         Gate(CARDS_FREE, state.cards_free, f">= {cards}",
              PASS if state.cards_free >= cards else FAIL, state.cards_detail),
         one_at_a_time(active, state.name, per_node),

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from daemon import faults, stats
 from daemon import gates as gates_mod
 from daemon import holders as holders_mod
+from daemon.cards import CardSampler
 from daemon.compaction import Compactor
 from daemon.errors import DaemonAlreadyRunning, LaunchError
 from daemon.estimate import EstimateRecorder
@@ -78,7 +79,7 @@ class TickResult:
 class Daemon:
     def __init__(self, home: Home, store: Store, config: Config, launcher: Launcher, *,
                  exit_when_idle: bool = False, probe=None, clock=time.time,
-                 proc: str = "/proc", leader=None, write_note=None):
+                 proc: str = "/proc", leader=None, write_note=None, card_reader=None):
         self.home = home
         self.store = store
         self.config = config
@@ -96,6 +97,7 @@ class Daemon:
         self.compactor = Compactor(store, full_resolution_days=config.daemon.full_resolution_days,
                                    every=config.daemon.compact_every)
         self._follow_failures: dict[int, int] = {}
+        self.cards = CardSampler(store, every=config.daemon.card_sample_s, reader=card_reader)
         self._to_seal: list[int] = []  # finished runs left unsealed, sealed one per tick
         self._estimates = EstimateRecorder()
         #: ``daemon.k8s.leader.LeaderElector`` when replicas take turns; None: the only one.
@@ -283,8 +285,24 @@ class Daemon:
             self._record_estimates(now)
             if self._to_seal:
                 self._seal(self._to_seal.pop(0))
+            self._sample_cards(now, held.rows, active, agents=False)
             self._schedule(host, held.rows, now, result)
+            self._sample_cards(now, held.rows, active, agents=True)
         return result
+
+    def _sample_cards(self, now: float, rows, active: list[dict], *, agents: bool) -> None:
+        """The cards' readings every card_sample_s (daemon/cards.py): this host's before the
+        gate check, which reads them; with node agents the agents', after it (the gate
+        check's list of them serves, when it made one)."""
+        if not self.cards.due(now) or agents != getattr(self.launcher, "uses_agents", False):
+            return
+        try:
+            if agents:
+                self.cards.sample_agents(now, self.launcher.agent_readings(), active)
+            else:
+                self.cards.sample(now, rows, active, self.launcher.own_pids())
+        except Exception:  # a card reading is advice: it must never cost the tick
+            log.exception("reading the cards failed")
 
     def _look(self, active: list[dict]):
         """The launcher's look at the runs it follows, for one tick (``look``: optional)."""
@@ -387,7 +405,9 @@ class Daemon:
         gates = gates_mod.evaluate(host=host, cluster=cluster, cards=int(head["config"]["cards"]),
                                    active=self.store.active_runs(),
                                    load_max=self.config.gates.load_max,
-                                   own_pids=self.launcher.own_pids(), holders=rows)
+                                   own_pids=self.launcher.own_pids(), holders=rows,
+                                   card_reading=self.cards.current(now),
+                                   max_temp_c=self.config.gates.max_temp_c)
         passed = gates_mod.all_pass(gates)
         self._passes_in_row = self._passes_in_row + 1 if passed else 0
         blocked_since = self.store.blocked_since(head["id"]) if passed else None

@@ -28,6 +28,7 @@ COMMANDS = [
     ("rngdctl.commands.daemon", "daemon"),
     ("rngdctl.commands.daemon", "gates"),
     ("rngdctl.commands.holders", "holders"),
+    ("rngdctl.commands.cards", "cards"),
     ("rngdctl.commands.events", "events"),
     ("rngdctl.commands.agent", "agent"),
     ("rngdctl.commands.doctor", "doctor"),

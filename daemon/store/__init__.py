@@ -20,12 +20,14 @@ One module per idea, each a part of ``Store``:
 - ``events``: the event log;
 - ``evals``: the held-out loss (eval records), and the steps a resume trains again;
 - ``host``: load samples, gate checks, idle card pods, their compaction;
+- ``cards``: each card's furiosa-smi readings, by run, and their compaction (issue 27);
 - ``daemons``: the launchers' facts between ticks, the heartbeat, the replicas.
 """
 
 from __future__ import annotations
 
 from daemon.store.aggregates import Aggregates
+from daemon.store.cards import Cards
 from daemon.store.codec import _finite_or_none as _finite_or_none
 from daemon.store.codec import _json as _json
 from daemon.store.codec import _loss_flag as _loss_flag
@@ -59,7 +61,7 @@ from daemon.store.schema import (
 from daemon.store.steps import Steps
 
 
-class Store(Runs, Queue, Steps, Aggregates, Markers, Events, Evals, Host, Daemons):
+class Store(Runs, Queue, Steps, Aggregates, Markers, Events, Evals, Host, Cards, Daemons):
     """An open rngdctl.db. Cheap to open; open one per process."""
 
 

@@ -6,7 +6,8 @@ import json
 import math
 from typing import Any
 
-_JSON_COLUMNS = {"config", "versions", "phases", "memory", "extra", "data", "gates", "holders"}
+_JSON_COLUMNS = {"config", "versions", "phases", "memory", "extra", "data", "gates", "holders",
+                 "throttle"}
 
 
 def _finite_or_none(x: float | None) -> float | None:

@@ -13,7 +13,7 @@ import sqlite3
 from daemon.store.codec import _phase_value
 from trainer import records
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 _V1 = [
     """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)""",
@@ -330,5 +330,33 @@ _V12 = [
     )""",
 ]
 
+# Version 13 (issue 27): each card's readings from furiosa-smi (daemon/smi.py), one row
+# per card per reading, every [daemon] card_sample_s; ``run_id`` the run that held the
+# card then (NULL: none of ours). Folded by compaction like ``samples``: ``n`` set, one
+# row per minute, run, node and card, the means in the value columns, the ranges in
+# ``*_min``/``*_max``, ``throttled`` the readings that throttled (raw: 0 or 1),
+# ``throttle`` every reason seen, ``alive`` 0 if any reading was not.
+_V13 = [
+    """CREATE TABLE card_samples (
+        id INTEGER PRIMARY KEY,
+        time REAL NOT NULL,
+        run_id INTEGER,
+        node TEXT,
+        card TEXT NOT NULL,
+        uuid TEXT,
+        alive INTEGER,
+        temp_c REAL, ambient_c REAL, power_w REAL, power_limit_w REAL, util REAL,
+        memory_used INTEGER, memory_total INTEGER, cores_occupied INTEGER,
+        throttle TEXT,
+        throttled INTEGER NOT NULL DEFAULT 0,
+        n INTEGER,
+        temp_min REAL, temp_max REAL, power_min REAL, power_max REAL,
+        util_min REAL, util_max REAL
+    )""",
+    "CREATE INDEX card_samples_time ON card_samples(time)",
+    "CREATE INDEX card_samples_run ON card_samples(run_id, time)",
+    "CREATE INDEX card_samples_raw ON card_samples(time) WHERE n IS NULL",
+]
+
 MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9,
-              10: _V10, 11: _V11, 12: _V12}
+              10: _V10, 11: _V11, 12: _V12, 13: _V13}

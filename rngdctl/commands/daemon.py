@@ -101,9 +101,10 @@ def _elector(launcher, config):
 
 def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) -> dict:
     """Read the probes now and evaluate every gate for the head of the queue."""
-    from daemon import gates, liveness, replicas
+    from daemon import gates, liveness, replicas, smi
     from daemon.probes import read_host
 
+    cards_pending = smi.Pending()  # furiosa-smi's child reads while the rest is probed
     config = _k8s_overrides(home.config(), **k8s_flags)
     with home.store() as store:
         head = store.head_of_queue()
@@ -115,7 +116,9 @@ def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) 
         finally:
             launcher.close()
         result = gates.evaluate(host=host, cluster=cluster, cards=need,
-                                active=store.active_runs(), load_max=config.gates.load_max)
+                                active=store.active_runs(), load_max=config.gates.load_max,
+                                card_reading=cards_pending.result(),
+                                max_temp_c=config.gates.max_temp_c)
         live = liveness.for_home(home, store)
         leads = replicas.for_home(home, store)
     return {

@@ -251,6 +251,7 @@ def run_details(store, run_ref, live) -> dict:
         "gate_checks": checks,
         "pre_submit_load_range": stats.gate_load_range(store.gate_checks(run_id=run["id"])),
         "load_range": store.sample_load_range(run["id"]),
+        "cards": store.card_ranges(run["id"]),
         "events": store.events(run_id=run["id"], limit=20),
         "model": model,
         "output": output.run_output(store, run),  # as_dict(): "output" and "resumes"
@@ -288,6 +289,27 @@ def model_lines(model: dict) -> list[str]:
         if model.get(notice):
             lines.append(f"    ! {model[notice]}")
     return lines
+
+
+def card_lines(cards: list[dict]) -> list[str]:
+    """Each card the run held: its temperature, power and utilization range, and when it
+    throttled (furiosa-smi's readings, daemon/cards.py)."""
+    from rngdctl import card_units
+
+    if not cards:
+        return []
+    lines = ["  cards during the run (furiosa-smi):"]
+    for row in cards:
+        lines.append(f"    {card_units.card_range(row)} ({row['readings']} readings)")
+        throttled = card_units.throttle_text(row)
+        if throttled:
+            lines.append(f"    ! {throttled}, {_clock_s(row['throttled_from'])}–"
+                         f"{_clock_s(row['throttled_until'])}")
+    return lines
+
+
+def _clock_s(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def _share(x: float | None) -> str:
@@ -375,6 +397,8 @@ def show(home, as_json, run_ref):
     lr = details["load_range"]
     if lr:
         click.echo(f"  host load during the run: {lr[0]:.1f}-{lr[1]:.1f}")
+    for line in card_lines(details["cards"]):
+        click.echo(line)
     if details["gate_checks"]:
         click.echo("  gate checks (latest):" if live.running else
                    f"  gate checks (stored; as of {liveness.when(live.as_of)}, not current):")

@@ -100,6 +100,8 @@ class RunReport:
     #: (daemon/output.py): what the note says the run delivered.
     output: RunOutput | None = None
     held_out: HeldOut = field(default_factory=HeldOut)
+    #: Each card the run held: its readings' ranges and throttling (Store.card_ranges).
+    cards: list[dict] = field(default_factory=list)
 
     @property
     def id(self) -> int:
@@ -130,6 +132,7 @@ class RunReport:
             "step1_loss": self.summary.first_loss,
             "nonfinite_losses": self.summary.nonfinite_losses,
             "host_load_range": self.host_load,
+            "cards": self.cards,
             "gate_checks": self.gates.checks,
             "gate_load_range": self.gates.load_range,
             "loss_table": [
@@ -204,6 +207,7 @@ def collect(store: Store, ref: int | str, *, k8s: K8sConfig | None = None) -> Ru
         k8s=k8s,
         output=run_output(store, run),
         held_out=held_out(store, run_id),
+        cards=store.card_ranges(run_id),
     )
     if baseline.steps:
         report.model_rows, report.model_notes = model_rows(store, report)

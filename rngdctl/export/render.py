@@ -6,6 +6,7 @@ from datetime import datetime
 
 from daemon import output, stats
 from daemon.store import DONE, FINISHED, OOM
+from rngdctl import card_units
 from rngdctl.export.collect import RunReport
 from rngdctl.export.words import (
     _DASH,
@@ -193,7 +194,23 @@ def _outcome(report: RunReport) -> str:
     span = load_span(report.host_load)
     if span:
         line += f" Host load was {span}."
+    if report.cards:
+        line += (" Cards (furiosa-smi): "
+                 + "; ".join(card_units.card_range(c) for c in report.cards) + ".")
     return line
+
+
+def _throttled(report: RunReport) -> list[str]:
+    """A card that throttled during the run, said beside the step times it explains."""
+    origin = report.run.get("started") or report.run["created"]
+    lines = []
+    for card in report.cards:
+        text = card_units.throttle_text(card)
+        if text:
+            lines.append(f"**{text}, {_ago(card['throttled_from'] - origin)} to "
+                         f"{_ago(card['throttled_until'] - origin)}**: the step times of that "
+                         f"stretch are the throttled card's.")
+    return lines
 
 
 def _timing(report: RunReport) -> list[str]:
@@ -385,7 +402,7 @@ def _run_section(index: int, report: RunReport, data_dir: str) -> list[str]:
         lines.append(f"- No steps were stored for this run: it ended {report.run['status']}"
                      f"{reason}, so there is no step time, drift or loss to report.")
     else:
-        lines += [f"- {line}" for line in _timing(report)]
+        lines += [f"- {line}" for line in _timing(report) + _throttled(report)]
         lines += ["", *_loss_table(report), ""]
         lines += [f"- {line}" for line in _loss_lines(report)]
         held_out = _held_out_line(report)
@@ -453,6 +470,8 @@ def render(reports: list[RunReport], *, slug: str, now: float) -> str:
           + f"{len(r.events)} event records)." for r in reports],
         "- `gate-checks.csv`: every pre-submit check, one row per gate.",
         "- `host-load.csv`: the host-load samples taken while the runs ran.",
+        *(["- `card-samples.csv`: each card's furiosa-smi readings while the runs held it."]
+          if any(r.cards for r in reports) else []),
         "- `events.csv`: every event, unfolded.",
         "",
     ]

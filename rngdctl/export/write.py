@@ -117,6 +117,16 @@ def write_data(reports: list[RunReport], data_dir: Path) -> None:
                  _cell(s.get("load1_min", s["load1"]) if s.get("n") else s["load1"]),
                  _cell(s.get("load1_max", s["load1"]) if s.get("n") else s["load1"])]
                 for r in reports for s in r.store.iter_samples(r.id)))
+    if any(r.cards for r in reports):
+        # A row is one reading, or (readings > 1) a minute folded by compaction: the
+        # values are then the minute's means, *_min/*_max their range.
+        columns = ["node", "card", "uuid", "alive", "temp_c", "temp_min", "temp_max",
+                   "ambient_c", "power_w", "power_min", "power_max", "power_limit_w", "util",
+                   "util_min", "util_max", "memory_used", "memory_total", "cores_occupied",
+                   "throttle", "throttled"]
+        _write_csv(data_dir / "card-samples.csv", ["time", "run_id", "readings", *columns],
+                   ([c["time"], r.id, c.get("n") or 1, *(_cell(c.get(k)) for k in columns)]
+                    for r in reports for c in r.store.iter_card_samples(r.id)))
     _write_csv(data_dir / "events.csv", ["time", "run_id", "kind", "message", "data"],
                ([e["time"], r.id, e["kind"], e["message"], _cell(e.get("data"))]
                 for r in reports for e in r.events))

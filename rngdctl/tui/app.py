@@ -43,6 +43,7 @@ from rngdctl.tui.data import DaemonView, RunView, Snapshot, ViewSource, run_labe
 from rngdctl.tui.series import Series, overlay_series
 from rngdctl.tui.smoothing import Smoothing
 from rngdctl.tui.widgets import (
+    CardsPanel,
     CurrentRunPanel,
     DaemonBar,
     EventsPanel,
@@ -68,9 +69,9 @@ WRITE_ACTIONS = frozenset({"submit", "cancel_run", "toggle_hold", "move", "expor
 MAIN_ACTIONS = WRITE_ACTIONS | {"filter", "log", "focus_panel", "toggle_pause"}
 
 #: Panel number -> widget id, for the number keys (and the border titles).
-PANELS = {1: "current", 2: "gates", 3: "queue", 4: "history", 5: "holders"}
+PANELS = {1: "current", 2: "gates", 3: "queue", 4: "history", 5: "holders", 6: "cards"}
 PANEL_TITLES = {"current": "current run", "gates": "gates", "queue": "queue",
-                "history": "history", "holders": "device holders"}
+                "history": "history", "holders": "device holders", "cards": "cards"}
 
 
 class RngdApp(WriteActions, App[None]):
@@ -161,6 +162,7 @@ class RngdApp(WriteActions, App[None]):
                 yield HistoryPanel(id="history")
                 with Vertical(id="bottom-side"):
                     yield HoldersPanel(id="holders")
+                    yield CardsPanel(id="cards")
                     yield EventsPanel(id="daemon-events")
         yield FilterBar(placeholder="filter runs and holders (Enter keeps, Esc clears)",
                         id="filter")
@@ -220,6 +222,8 @@ class RngdApp(WriteActions, App[None]):
         self.query_one(HistoryPanel).show(snapshot.history, snapshot.now, self.filter_text)
         self.query_one(HoldersPanel).show(snapshot.holders, snapshot.holders_time,
                                           snapshot.now, self.filter_text)
+        self.query_one(CardsPanel).show(snapshot.cards, snapshot.now)
+        self.query_one("#bottom").set_class(bool(snapshot.cards), "-with-cards")
         self.query_one(EventsPanel).show(snapshot.daemon_events)
         self._ring(snapshot)
         current = snapshot.current

@@ -124,25 +124,31 @@ def test_the_head_goes_to_the_node_where_every_gate_passes_with_most_cards(
     assert store.run(run_id)["node"] == NODE
 
 
-def test_an_agent_on_a_card_host_publishes_each_cards_readings_and_error_counters(
+def test_an_agent_on_a_card_host_publishes_each_cards_readings(
         cluster, config, tmp_path, monkeypatch):
-    from smi_fakes import fake_binding, fake_smi
+    from smi_fakes import card, fake_binding, set_cards
 
-    # A card host: furiosa-smi on the PATH and furiosa_smi_py importable by its python.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake_smi(bin_dir)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PYTHONPATH", str(fake_binding(tmp_path)))
+    # A card host: furiosa_smi importable by the agent's python (the stand-in).
+    site = fake_binding(tmp_path, [card(0, soc_peak=44.0, power_w=71.5, occupied=[0],
+                                        counters={"0": [1000, 0]}),
+                                   card(1, throttle=["ThermalSlowdown"])])
+    monkeypatch.setenv("PYTHONPATH", str(site))
     client, _ = K8sClient.from_config(config.k8s)
     try:
-        Agent(client, namespace=NS, node=NODE, tick=5.0,
-              proc=str(_proc(tmp_path / "proc"))).publish(now=T0)
+        agent = Agent(client, namespace=NS, node=NODE, tick=5.0, proc=str(_proc(tmp_path / "proc")))
+        agent.publish(now=T0)
+        set_cards(site, [card(0, soc_peak=44.0, power_w=71.5, occupied=[0],
+                              counters={"0": [3000, 1600]}), card(1, throttle=["ThermalSlowdown"])])
+        agent.publish(now=T0 + 5)
     finally:
         client.close()
     reading = json.loads(cluster.get("v1/configmaps", nodes.configmap_name(NODE))["data"][
         "reading"])
     assert reading["cards_note"] is None
-    npu1 = {c["card"]: c for c in reading["cards"]}["npu1"]
-    assert (npu1["temp_c"], npu1["power_w"]) == (41.34, 37.44)
-    assert npu1["errors"]["device"] == 3 and npu1["errors_total"] == 11
+    npu0, npu1 = reading["cards"]
+    assert (npu0["card"], npu0["temp_c"], npu0["power_w"]) == ("npu0", 44.0, 71.5)
+    assert npu0["util"] == pytest.approx(0.8 / 8)  # the second tick: since the first
+    assert npu1["throttle"] == ["ThermalSlowdown"]
+    # What the daemon reads back, for the node's card-health gate and the TUI.
+    agent_reading = nodes.parse_agent(cluster.get("v1/configmaps", nodes.configmap_name(NODE)))
+    assert [c["card"] for c in agent_reading.cards] == ["npu0", "npu1"]

@@ -22,9 +22,24 @@ class AgentsMixin:
             self.client.list_live_pods() if live is None else live,
             self.client.list_configmaps(self.ns, nodes.AGENT_LABELS) if configmaps is None
             else configmaps)
+        self._shared["agent_readings"] = [state.agent for state in states if state.agent]
         self._listed = {state.name: state.node for state in states}
         self._readings = {state.name: state.agent for state in states if state.agent}
         return states
+
+    @property
+    def uses_agents(self) -> bool:
+        return bool(self.k8s.agents)
+
+    def agent_readings(self) -> list[nodes.AgentReading]:
+        """Every agent's newest reading, for the card samples: what this tick's gate check
+        or look listed, else one list call."""
+        if "agent_readings" in self._shared:
+            return self._shared["agent_readings"]
+        configmaps = self._shared.get("agents")
+        if configmaps is None:
+            configmaps = self.client.list_configmaps(self.ns, nodes.AGENT_LABELS)
+        return [a for a in map(nodes.parse_agent, configmaps) if a is not None]
 
     def node_verdicts(self, run: dict) -> list[tuple[nodes.NodeState, list]]:
         """Each node's gates for ``run`` (agent, load, holders, cards, our runs there)."""
@@ -32,7 +47,8 @@ class AgentsMixin:
         active = self.store.active_runs()
         return [(state, nodes.node_gates(state, cards=int(run["config"]["cards"]),
                                          load_max=self.config.gates.load_max, active=active,
-                                         now=now, per_node=self.runs_per_node or 1))
+                                         now=now, per_node=self.runs_per_node or 1,
+                                         max_temp_c=self.config.gates.max_temp_c))
                 for state in self.node_states()]
 
     def _agents_reading(self, run: dict) -> ClusterReading:
@@ -71,4 +87,5 @@ class AgentsMixin:
             host=nodes.agent_host(agent, ours) if agent else None,
             holders=nodes.foreign_holders(agent, ours) if agent else (),
             extra=(gates[0], nodes.summary_gate(verdicts, state)),
-            node=state.name, per_node=self.runs_per_node or 1)
+            node=state.name, per_node=self.runs_per_node or 1,
+            card_reading=nodes.agent_cards(agent) if agent else None)

@@ -14,6 +14,7 @@ between refreshes):
 
 - ``views``: the view model, ``Snapshot`` and its parts (frozen plain data);
 - ``host``: the daemon bar (liveness), daemon-level events, notices, device holders;
+- ``cards``: each card's newest furiosa-smi reading and its last minutes, read incrementally;
 - ``queue``: the head's gate check and the queue's rows with their estimates;
 - ``runs``: the current run: its passes' series and plots, read incrementally;
 - ``history``: the finished runs' rows, each read once, and the overlay's loss curves;
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from daemon import liveness
 from daemon import replicas as replicas_mod
+from rngdctl.tui.data.cards import CARDS_WINDOW_S, CardViews
 from rngdctl.tui.data.history import HISTORY_LIMIT, HistoryViews
 from rngdctl.tui.data.host import DAEMON_EVENTS, HostViews
 from rngdctl.tui.data.predictions import COMPARE_EVERY_S, Predicted, predict_run
@@ -42,6 +44,7 @@ from rngdctl.tui.data.text import (
     status_text,
 )
 from rngdctl.tui.data.views import (
+    CardRow,
     DaemonView,
     EventRow,
     GateRow,
@@ -54,7 +57,7 @@ from rngdctl.tui.data.views import (
 )
 
 
-class ViewSource(HostViews, QueueViews, RunViews, HistoryViews):
+class ViewSource(HostViews, CardViews, QueueViews, RunViews, HistoryViews):
     """Builds snapshots from one store; keeps per-run caches between refreshes."""
 
     def build(self) -> Snapshot:
@@ -72,6 +75,7 @@ class ViewSource(HostViews, QueueViews, RunViews, HistoryViews):
             history=self.history(),
             holders=holders,
             holders_time=holders_time,
+            cards=self.cards(now, holders),
             daemon_events=self.daemon_events(),
             notices=self.notices(),
             replicas=replicas_mod.read(self.store, self.tick, now),
@@ -79,6 +83,7 @@ class ViewSource(HostViews, QueueViews, RunViews, HistoryViews):
 
 
 __all__ = [
+    "CARDS_WINDOW_S",
     "COMPARE_EVERY_S",
     "DAEMON_EVENTS",
     "DAEMON_GLYPHS",
@@ -88,6 +93,7 @@ __all__ = [
     "LOAD_WINDOW_S",
     "STATUS_GLYPHS",
     "VERDICT_GLYPHS",
+    "CardRow",
     "DaemonView",
     "EventRow",
     "GateRow",

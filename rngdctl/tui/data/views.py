@@ -142,6 +142,28 @@ class HolderRow:
 
 
 @dataclass(frozen=True)
+class CardRow:
+    """One card's newest reading and its last minutes (oldest first), for the cards panel."""
+
+    node: str | None
+    card: str
+    age: float
+    alive: bool | None
+    temp_c: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    util: float | None
+    memory_used: int | None
+    memory_total: int | None
+    throttle: tuple[str, ...] = ()
+    temps: tuple[float, ...] = ()
+    powers: tuple[float, ...] = ()
+    utils: tuple[float, ...] = ()
+    run: int | None = None
+    holder: str | None = None  # a process not of our runs: "pid 4121 (kim)"
+
+
+@dataclass(frozen=True)
 class EventRow:
     """A daemon-level event (no run): start, stop, tick failure, API outage, ..."""
 
@@ -161,6 +183,8 @@ class Snapshot:
     history: tuple[HistoryRow, ...]
     holders: tuple[HolderRow, ...]
     holders_time: float | None = None
+    #: Each card's newest reading within the last minutes (rngdctl/tui/data/cards.py).
+    cards: tuple[CardRow, ...] = ()
     daemon_events: tuple[EventRow, ...] = ()
     #: What to ring the bell for: the `notify` events stored since the last refresh.
     notices: tuple[Notice, ...] = ()

@@ -1,5 +1,6 @@
 """The TUI's widgets and screens, one per module."""
 
+from rngdctl.tui.widgets.cards import CardsPanel
 from rngdctl.tui.widgets.confirm import ConfirmScreen
 from rngdctl.tui.widgets.current_run import CurrentRunPanel
 from rngdctl.tui.widgets.daemon_bar import DaemonBar
@@ -19,7 +20,7 @@ from rngdctl.tui.widgets.series_plot import SeriesPlot
 from rngdctl.tui.widgets.submit_form import SubmitScreen
 
 __all__ = [
-    "ConfirmScreen", "CurrentRunPanel", "DaemonBar", "EventsPanel", "FilterBar", "GatesPanel",
+    "CardsPanel", "ConfirmScreen", "CurrentRunPanel", "DaemonBar", "EventsPanel", "FilterBar", "GatesPanel",
     "HelpScreen", "HistoryPanel", "HoldersPanel", "LogScreen", "OverlayScreen", "QueuePanel",
     "ReplicasBar", "RunDetailScreen", "RunPlots", "SeriesPlot", "SubmitScreen",
 ]

@@ -15,7 +15,7 @@ KEYS = [
     ("?", "this help"),
     ("q", "quit"),
     ("Tab / Shift+Tab", "next / previous panel"),
-    ("1-5", "current run, gates, queue, history, device holders"),
+    ("1-6", "current run, gates, queue, history, device holders, cards"),
     ("/", "filter the tables (Enter keeps it, Esc clears it)"),
     ("Space", "pause or resume the refresh"),
     ("l", "log tail of the selected run"),
