@@ -9,7 +9,8 @@
 - ``state.json``: the passes' positions (steps done, so the data stream,
   the schedule and the interleaving order go on from there), their ``start``
   configs and losses so far, and the config that must match to resume;
-- ``manifest.json``, written last: each file's size and sha256.
+- ``manifest.json``, written last: each file's size and xxh3_64 checksum
+  (trainer/weights.py says why not sha256).
 
 A checkpoint is written into a temporary folder, each file fsynced, the
 folder renamed into place and the rename fsynced; only then is the manifest
@@ -42,6 +43,7 @@ STATE = "state.json"
 RNG = "rng.safetensors"
 FORMAT = 1
 PREFIX = "step-"
+CHECKSUM = weights.XXH3
 
 
 class CheckpointError(UsageError):
@@ -112,8 +114,10 @@ def write(out: Path, name: str, files: dict[str, dict[str, torch.Tensor]], state
         tmp.mkdir()
         listing = {}
         for file, tensors in {**files, RNG: rng_state()}.items():
-            sha, size = weights.write_file(tmp / file, [Entry.of(k, v) for k, v in tensors.items()])
-            listing[file] = {"sha256": sha, "bytes": size}
+            digest, size = weights.write_file(tmp / file,
+                                              [Entry.of(k, v) for k, v in tensors.items()],
+                                              checksum=CHECKSUM)
+            listing[file] = {CHECKSUM: digest, "bytes": size}
         listing[STATE] = _write_json(tmp / STATE, state)
         weights.fsync_dir(tmp)
         old = _out_of_the_way(final)
@@ -157,9 +161,9 @@ def _write_json(path: Path, value: dict) -> dict:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     weights.fsync_dir(path.parent)
-    import hashlib
-
-    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    digest = weights.new_digest(CHECKSUM)
+    digest.update(data)
+    return {CHECKSUM: digest.hexdigest(), "bytes": len(data)}
 
 
 def rng_state() -> dict[str, torch.Tensor]:
@@ -234,8 +238,8 @@ def verify(path: Path) -> Checkpoint:
             raise CheckpointError(f"{file}: truncated ({size} of {info['bytes']} bytes)"
                                   if size < info["bytes"] else
                                   f"{file}: {size} bytes, the manifest says {info['bytes']}")
-        if weights.file_sha256(file) != info["sha256"]:
-            raise CheckpointError(f"{file}: fails its checksum (sha256 differs from "
+        if weights.file_digest(file, CHECKSUM) != info.get(CHECKSUM):
+            raise CheckpointError(f"{file}: fails its checksum ({CHECKSUM} differs from "
                                   f"{MANIFEST}'s)")
     try:
         state = json.loads((path / STATE).read_text())

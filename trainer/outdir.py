@@ -13,12 +13,11 @@ how often checkpoints and evaluations come, and the output format.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from trainer import checkpoint, records
+from trainer import checkpoint, records, weights
 from trainer.checkpoint import Checkpoint, CheckpointError, CheckpointWriteError
 from trainer.errors import Preempted, TrainerError
 from trainer.records import END_PHASES, MAIN, Event
@@ -37,11 +36,11 @@ def fingerprint(cfg) -> dict:
     out["files"] = {}
     model_config = Path(cfg.model).expanduser() / "config.json"
     if model_config.is_file():
-        out["files"]["model config.json"] = _sha256(model_config)
+        out["files"]["model config.json"] = weights.file_digest(model_config)
     for key in ("data", "eval_data"):
         path = _data_path(values[key])
         if path is not None and path.is_file():
-            out["files"][key] = _sha256(path)
+            out["files"][key] = weights.file_digest(path)
     return out
 
 
@@ -49,14 +48,6 @@ def _data_path(spec: str | None) -> Path | None:
     if not spec or spec == "synthetic":
         return None
     return Path(spec.split(":", 1)[1] if spec.startswith(("nsmc:", "jsonl:")) else spec)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def differences(theirs: dict, ours: dict) -> list[str]:

@@ -70,7 +70,7 @@ def test_the_info_file_names_the_run_and_each_weights_files_checksum(tmp_path):
     info = json.loads((tmp_path / save.INFO_NAME).read_text())
     assert (info["run_id"], info["step"], info["data"], info["seed"]) == ("7", 3, "synthetic", 3)
     assert info["files"] == {"model.safetensors":
-                             weights.file_sha256(tmp_path / "model.safetensors")}
+                             weights.file_digest(tmp_path / "model.safetensors")}
     (saved,) = [r for r in recs if isinstance(r, Event) and r.event == records.SAVED]
     assert saved.data["files"] == info["files"] and saved.data["format"] == "full"
     config = json.loads((tmp_path / "config.json").read_text())
