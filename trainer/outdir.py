@@ -224,8 +224,17 @@ class OutputFolder:
         info = {"run_id": cfg.run_id, "step": main.steps_done, "model": cfg.model,
                 "data": cfg.data, "seed": cfg.seed, "lora": cfg.lora or None,
                 "config": self.fingerprint, "versions": versions(), "time": time.time()}
-        saved = save.save(self.out, main.engine.model, info=info, tokenizer=recipe.tokenizer,
-                          merge=cfg.merge, base_folder=recipe.spec.folder)
+        t0 = time.perf_counter()
+        try:
+            saved = save.save(self.out, main.engine.model, info=info, tokenizer=recipe.tokenizer,
+                              merge=cfg.merge, base_folder=recipe.spec.folder)
+        except OSError as exc:  # a full disk: the run's steps are kept in its checkpoint
+            self.phases["save_s"] += time.perf_counter() - t0
+            kept = (f"; {self.newest} is kept: free space and resume from it" if self.newest
+                    else "")
+            raise TrainerError(f"the model was not saved to {self.out}: "
+                               f"{exc.strerror or exc} ({exc.filename or self.out}){kept}"
+                               ) from None
         self.phases["save_s"] += saved.seconds
         self.model_dir = saved.path
         recipe.writer.write(Event(

@@ -118,3 +118,33 @@ def test_the_manifest_lists_every_file_with_its_checksum(tmp_path):
     manifest = json.loads((folder / checkpoint.MANIFEST).read_text())
     assert sorted(manifest["files"]) == ["main.safetensors", "rng.safetensors", "state.json"]
     assert checkpoint.verify(folder).position == {"main": 6}
+
+
+def test_a_full_disk_at_the_model_save_ends_the_run_with_one_line_naming_what_is_kept(
+        trainer_cli, tmp_path):
+    out = tmp_path / "out"
+    proc = trainer_cli("train", "--model", "tiny-llama", "--steps", "4", "--seq-len", "16",
+                       "--accum", "1", "--out", str(out), "--checkpoint-every", "4",
+                       env={INJECT_ENOSPC_ENV: "model.safetensors:1"})
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"trainer: the model was not saved to {out}: No space left on "
+                           f"device ({out}/.save-")
+    assert last.endswith(f"/model.safetensors); {out / 'checkpoints' / 'step-4'} is kept: "
+                         "free space and resume from it")
+    assert "Traceback" not in proc.stderr and not list(out.glob(".save-*"))
+    end = records.parse_line(proc.stdout.splitlines()[-1])
+    assert end.status == "error" and "step-4 is kept" in end.error
+
+
+def test_a_bad_checkpoint_given_to_resume_is_one_line_and_exit_2(trainer_cli, tmp_path):
+    train(tmp_path, checkpoint_every=3)
+    folder = checkpoint.root(tmp_path) / "step-6"
+    (folder / "rng.safetensors").write_bytes(b"short")
+    proc = trainer_cli("train", "--model", "tiny-llama", "--steps", "6", "--seq-len", "16",
+                       "--accum", "1", "--out", str(tmp_path), "--resume", str(folder))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"trainer: error: {folder / 'rng.safetensors'}: truncated (5 of "
+        f"{json.loads((folder / checkpoint.MANIFEST).read_text())['files']['rng.safetensors']['bytes']}"
+        " bytes)")
