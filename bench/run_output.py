@@ -75,8 +75,9 @@ def start_hog(n: int) -> list[subprocess.Popen]:
 def trained_engine(model: str, steps: int = 2, lora: int = 0):
     """A LayerEngine of ``model`` after a few steps (AdamW state exists), on cpu,cpu with one
     resident layer a card: masters on the host and on the 'cards'."""
+    from trainer.config import TrainConfig
     from trainer.records import RecordWriter
-    from trainer.train import Recipe, TrainConfig
+    from trainer.train import Recipe
 
     cfg = TrainConfig(model=model, backend="cpu,cpu", resident_layers=1, seq_len=64, accum=1,
                       lora=lora)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from daemon.stepmodel import paired_medians
 from daemon.store import Store
 from trainer.records import BASELINE, MAIN
-from trainer.train import interleaved_order
+from trainer.timing import interleaved_order
 
 
 def recorded_series(home: Path) -> list[float] | None:

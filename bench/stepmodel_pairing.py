@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.stepmodel import paired_medians
-from trainer.train import interleaved_order
+from trainer.timing import interleaved_order
 
 
 def one_run(rng: random.Random, args, slowed_from: int) -> tuple[float, float]:

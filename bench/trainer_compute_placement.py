@@ -39,9 +39,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from trainer.config import TrainConfig
 from trainer.errors import UsageError
 from trainer.records import RecordWriter
-from trainer.train import Recipe, TrainConfig
+from trainer.train import Recipe
 
 PLACEMENT = re.compile(r"(\d+)x(\d+)(?:\+(\d+(?:\.\d+)?))?")
 MIB_FLOATS = (1 << 20) // 4

@@ -56,7 +56,7 @@ MODEL_DIR = "model"
 #: as long as the run checks the model on all of them for the cost of one
 #: more pass on the host (docs/design.md "Timing the two passes", the baseline's
 #: length; measured in experiments/2026-12-01-stepmodel-windows-stop-15.md). The
-#: trainer has the same rule (trainer/train.py ``default_baseline_steps``).
+#: trainer has the same rule (trainer/config.py ``default_baseline_steps``).
 BASELINE_STEPS = 40
 INTERLEAVED_BASELINE_STEPS = 200
 

@@ -177,7 +177,8 @@ def _open_log(path: str | None):
 
 
 def cmd_train(args) -> int:
-    from trainer.train import Recipe, TrainConfig, log
+    from trainer.config import TrainConfig
+    from trainer.train import Recipe, log
 
     stop = _Stop()
     logfile = _open_log(args.log)

@@ -46,7 +46,7 @@ def test_a_run_edited_to_fewer_steps_gets_a_baseline_no_longer_than_the_run():
 @pytest.mark.parametrize("steps", [1, 12, 40, 41, 200, 201, 5000])
 @pytest.mark.parametrize("interleave", [0, 2])
 def test_the_trainer_run_by_hand_has_the_same_default(steps, interleave):
-    from trainer.train import default_baseline_steps
+    from trainer.config import default_baseline_steps
 
     config = {"steps": steps, "interleave": interleave, "baseline_steps": None}
     assert default_baseline_steps(steps, interleave) == baseline_steps(config)

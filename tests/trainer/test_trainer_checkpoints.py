@@ -9,8 +9,9 @@ import pytest
 
 from trainer import checkpoint, records
 from trainer.checkpoint import CheckpointError
+from trainer.config import TrainConfig
 from trainer.records import Event, RecordWriter, Step
-from trainer.train import Recipe, TrainConfig
+from trainer.train import Recipe
 from trainer.weights import INJECT_ENOSPC_ENV
 
 SMALL = {"model": "tiny-llama", "backend": "cpu", "steps": 6, "seq_len": 16, "accum": 1,

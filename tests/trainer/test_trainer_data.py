@@ -86,8 +86,9 @@ def test_data_order_follows_the_seed():
 
 @pytest.mark.slow
 def test_loss_falls_on_the_nsmc_sample(nsmc_path, tmp_path, restore_signals):
+    from trainer.config import TrainConfig
     from trainer.records import RecordWriter, Step
-    from trainer.train import Recipe, TrainConfig
+    from trainer.train import Recipe
 
     lines = []
 

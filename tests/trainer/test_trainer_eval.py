@@ -10,9 +10,10 @@ import torch
 from tolerances import gamma, tiny_path
 
 from trainer import data, records
+from trainer.config import TrainConfig
 from trainer.errors import UsageError
 from trainer.records import End, Eval, RecordWriter, Step
-from trainer.train import Recipe, TrainConfig
+from trainer.train import Recipe
 
 SMALL = {"model": "tiny-llama", "backend": "cpu,cpu", "resident_layers": 1, "steps": 6,
          "seq_len": 16, "accum": 2, "lr": 1e-3, "threads": 1}

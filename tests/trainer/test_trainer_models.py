@@ -29,8 +29,9 @@ def test_unknown_model_is_bad_input():
 
 def test_a_model_folder_trains_with_its_own_tokenizer(tmp_path, restore_signals):
     from trainer import tokenizer
+    from trainer.config import TrainConfig
     from trainer.records import RecordWriter, Start, Step, parse_line
-    from trainer.train import Recipe, TrainConfig
+    from trainer.train import Recipe
 
     texts = ["질문 하나 답 하나", "hello there friend"] * 40
     tok = tokenizer.trained(texts, 300, tmp_path / "cache")

@@ -11,8 +11,9 @@ import torch
 from tolerances import gamma, tiny_path
 
 from trainer import records, save, weights
+from trainer.config import TrainConfig
 from trainer.records import Event, RecordWriter
-from trainer.train import Recipe, TrainConfig
+from trainer.train import Recipe
 
 IDS = torch.tensor([[5, 17, 3, 99, 42, 7, 64, 1, 88, 23, 11, 2]])
 

@@ -13,9 +13,11 @@ import statistics
 
 import pytest
 
+from trainer.config import TrainConfig
 from trainer.errors import UsageError
 from trainer.records import RecordWriter
-from trainer.train import SETTLE_K, Recipe, TrainConfig, interleaved_order, settled_by_rule
+from trainer.timing import SETTLE_K, interleaved_order, settled_by_rule
+from trainer.train import Recipe
 
 
 def train(**overrides) -> list[dict]:

@@ -10,15 +10,18 @@ import random
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import REPO
 
 from trainer import checkpoint, records
+from trainer.config import TrainConfig
 from trainer.records import End, Event, RecordWriter, Step
-from trainer.train import Recipe, TrainConfig
+from trainer.train import Recipe
 
 pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
 
 RUN = {"model": "tiny-llama", "backend": "cpu,cpu", "resident_layers": 1, "steps": 14,
        "seq_len": 16, "accum": 2, "lr": 1e-3, "baseline": True, "baseline_steps": 10,

@@ -24,8 +24,9 @@ sys.path.insert(0, REPO)
 
 def child(variant, model, cards, resident, out):
     import trainer.train as T
+    from trainer.config import TrainConfig
     from trainer.records import RecordWriter
-    from trainer.train import Recipe, TrainConfig
+    from trainer.train import Recipe
     settle = 60
     if variant.startswith("long"):
         settle = 400

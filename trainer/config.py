@@ -1,0 +1,105 @@
+"""The trainer's configuration: every option of ``python -m trainer train``, checked.
+
+``TrainConfig`` is what the CLI fills in and the recipe (trainer/train.py)
+runs; ``validate`` refuses what cannot run, before any record is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainer.errors import UsageError
+
+#: The baseline pass's steps when --baseline-steps is not given (at most --steps):
+#: interleaved, beside the whole run up to 200; one after the other, up to 40
+#: (daemon/runspec.py BASELINE_STEPS says why; submit passes its own on).
+BASELINE_STEPS, INTERLEAVED_BASELINE_STEPS = 40, 200
+
+
+def default_baseline_steps(steps: int, interleave: int) -> int:
+    """The baseline's steps when --baseline-steps is not given."""
+    return min(steps, INTERLEAVED_BASELINE_STEPS if interleave else BASELINE_STEPS)
+
+
+@dataclass
+class TrainConfig:
+    run_id: str | None = None
+    model: str = "tiny-llama"  # a named config or a folder with config.json
+    lora: int = 0  # 0: full fine-tuning; N: LoRA adapters of rank N
+    resident_layers: int = 0  # per card: layers whose master and AdamW stay on the card
+    backend: str = "cpu"  # comma list, one entry per card
+    steps: int = 60
+    seq_len: int = 64
+    accum: int = 2  # micro-batches per optimizer step
+    micro_batch: int = 1  # sequences per micro-batch
+    lr: float = 1e-3  # peak learning rate
+    schedule: str = "cosine"  # warm-up then cosine to 0.1 lr, or "constant" after warm-up
+    warmup: int | None = None  # warm-up steps; default min(10, max(1, steps // 10))
+    weight_decay: float = 0.01  # on matrices only
+    max_grad_norm: float = 1.0  # global-norm clipping; 0 turns it off
+    data: str = "synthetic"  # synthetic | nsmc:PATH | jsonl:PATH | PATH.jsonl
+    seed: int = 0  # model init and data order
+    checkpoint: bool = False  # recompute each layer's forward in the backward
+    threads: int | None = None  # torch host threads; None: torch's default
+    baseline: bool = False  # run an all-offload pass first, for the step-time model
+    baseline_steps: int | None = None  # default: default_baseline_steps
+    settle: int = 60  # with --baseline: at most this many untimed settling steps; 0: none
+    interleave: int = 0  # with --baseline: alternate the passes in blocks of this many steps
+    cache_dir: str | None = None  # where trained tokenizers are cached
+    log: str | None = None  # records also go to this file
+    # --- the run's output (trainer/outdir.py) ---
+    out: str | None = None  # the saved model and checkpoints/ go here
+    merge: bool = False  # with --lora: merged full weights instead of the adapter
+    checkpoint_every: int | None = None  # main steps between checkpoints; None: on SIGTERM only
+    keep_checkpoints: int = 2
+    resume: str = "auto"  # auto: the newest complete checkpoint under out, if any; or a PATH
+    on_checkpoint_error: str = "continue"  # a checkpoint that cannot be written: go on or stop
+    # --- the held-out loss ---
+    eval_data: str | None = None  # same forms as data
+    eval_split: float | None = None  # or this fraction of data, held out by example
+    eval_every: int | None = None  # main steps between evaluations (and before the first)
+
+    def validate(self) -> None:
+        for name in ("steps", "seq_len", "accum", "micro_batch"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.seq_len < 4:
+            raise UsageError("--seq-len must be at least 4")
+        if self.resident_layers < 0:
+            raise UsageError("--resident-layers must be 0 or more")
+        if not self.lr > 0:
+            raise UsageError("--lr must be positive")
+        if self.lora < 0:
+            raise UsageError("--lora rank must be positive")
+        if self.schedule not in ("cosine", "constant"):
+            raise UsageError("--schedule must be cosine or constant")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError("--threads must be at least 1")
+        if self.baseline_steps is not None and self.baseline_steps < 1:
+            raise UsageError("--baseline-steps must be at least 1")
+        if self.settle < 0:
+            raise UsageError("--settle must be 0 or more")
+        if self.interleave < 0:
+            raise UsageError("--interleave must be 0 (off) or a block of steps")
+        self._validate_output()
+
+    def _validate_output(self) -> None:
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise UsageError("--checkpoint-every must be at least 1")
+        if self.keep_checkpoints < 1:
+            raise UsageError("--keep-checkpoints must be at least 1")
+        if self.out is None and (self.checkpoint_every or self.resume != "auto"):
+            raise UsageError("--checkpoint-every and --resume need --out (where checkpoints go)")
+        if self.merge and not self.lora:
+            raise UsageError("--merge needs --lora")
+        if self.on_checkpoint_error not in ("continue", "stop"):
+            raise UsageError("--on-checkpoint-error must be continue or stop")
+        if self.eval_data is not None and self.eval_split is not None:
+            raise UsageError("give --eval-data or --eval-split, not both")
+        if self.eval_split is not None and not 0 < self.eval_split < 1:
+            raise UsageError("--eval-split must be a fraction in (0, 1)")
+        if self.eval_every is not None:
+            if self.eval_every < 1:
+                raise UsageError("--eval-every must be at least 1")
+            if self.eval_data is None and self.eval_split is None:
+                raise UsageError("--eval-every needs --eval-data or --eval-split")
