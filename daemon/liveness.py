@@ -111,12 +111,34 @@ def read(row: dict | None, tick: float, now: float | None = None, *,
 def for_home(home, store, now: float | None = None) -> Liveness:
     """``read`` with the home's configured tick (the default one if config.toml is bad:
     saying whether a daemon runs must not fail on a config error)."""
-    from daemon.replicas import leader_elsewhere
-
     # Under leader election the leader may run in another pod on this home's volume:
     # its pid is in another PID namespace, so only its heartbeat tells.
     here = home.path if not leader_elsewhere(store.replicas()) else None
     return read(store.daemon_state(), tick_of(home), now, home=here)
+
+
+#: A replica's role under leader election (daemon/replicas.py reads the rows).
+LEADER, STANDBY = "leader", "standby"
+
+
+def here() -> str:
+    """This host's pod name: the first half of a replica's identity (``<pod>/<pid>``).
+
+    ``POD_NAME`` (the downward API, deploy/daemon-deployment.yaml), else the
+    hostname, which is the pod's name inside a pod.
+    """
+    # os.uname's node name is gethostname's, without loading socket (start-up: runs, show).
+    return os.environ.get("POD_NAME") or os.uname().nodename
+
+
+def pod_of(identity: str) -> str:
+    return identity.rsplit("/", 1)[0]
+
+
+def leader_elsewhere(rows: list[dict]) -> bool:
+    """Whether a replica row says the leader runs in another pod (another PID namespace)."""
+    host = here()
+    return any(r["role"] == LEADER and pod_of(r["identity"]) != host for r in rows)
 
 
 def stale_after(tick: float) -> float:

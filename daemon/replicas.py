@@ -18,33 +18,14 @@ daemon runs is liveness's to say, as before. No SQL here: the store's
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass
 
 from daemon import liveness
+from daemon.liveness import LEADER, STANDBY, here, leader_elsewhere, pod_of
 
-LEADER, STANDBY = "leader", "standby"
-
-
-def here() -> str:
-    """This host's pod name: the first half of a replica's identity (``<pod>/<pid>``).
-
-    ``POD_NAME`` (the downward API, deploy/daemon-deployment.yaml), else the
-    hostname, which is the pod's name inside a pod.
-    """
-    # os.uname's node name is gethostname's, without loading socket (start-up: runs, show).
-    return os.environ.get("POD_NAME") or os.uname().nodename
-
-
-def pod_of(identity: str) -> str:
-    return identity.rsplit("/", 1)[0]
-
-
-def leader_elsewhere(rows: list[dict]) -> bool:
-    """Whether a replica row says the leader runs in another pod (another PID namespace)."""
-    host = here()
-    return any(r["role"] == LEADER and pod_of(r["identity"]) != host for r in rows)
+__all__ = ["LEADER", "STANDBY", "Replica", "Replicas", "for_home", "here", "leader_elsewhere",
+           "pod_of", "read"]
 
 
 @dataclass(frozen=True)

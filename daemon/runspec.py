@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from daemon.errors import BadInput
+from trainer.config import default_baseline_steps
 
 #: Named model configs the trainer builds without a download, with their decoder
 #: layers (trainer/models.py NAMED; tests/spine/test_bad_input.py checks they agree).
@@ -45,20 +46,6 @@ DEFAULTS = {
 
 #: The folder under a run's folder where its model and checkpoints go by default.
 MODEL_DIR = "model"
-
-#: The baseline pass's steps when ``--baseline-steps`` is not given, never more
-#: than ``--steps``: up to ``BASELINE_STEPS`` when the passes run one after the
-#: other (cards), up to ``INTERLEAVED_BASELINE_STEPS`` when they interleave (cpu).
-#: The model is checked on the medians of steps 6-N of both passes; at the old
-#: 10 steps that was 5 steps each, and the error a user saw was mostly the
-#: host's noise (tiny-llama on a quiet host: worst 20.6 %). Interleaved, the
-#: comparison covers only the steps that ran beside the baseline, so a baseline
-#: as long as the run checks the model on all of them for the cost of one
-#: more pass on the host (docs/design.md "Timing the two passes", the baseline's
-#: length; measured in experiments/2026-12-01-stepmodel-windows-stop-15.md). The
-#: trainer has the same rule (trainer/config.py ``default_baseline_steps``).
-BASELINE_STEPS = 40
-INTERLEAVED_BASELINE_STEPS = 200
 
 #: Steps per block when the baseline and the asked config alternate (``--interleave``).
 #: Short blocks, because host noise comes in bursts several steps long: a burst
@@ -200,15 +187,15 @@ def interleave_default(backend: str) -> int:
 
 
 def baseline_steps(config: dict) -> int:
-    """The steps the run's baseline pass takes: ``--baseline-steps``, else the default.
+    """The steps the run's baseline pass takes: ``--baseline-steps``, else the trainer's
+    default (trainer/config.py ``default_baseline_steps``, which says why).
 
     Worked out when the Job starts, not stored at submit, so a run edited to
     fewer steps (or to interleave) gets the default of what it now is.
     """
     if config.get("baseline_steps"):
         return int(config["baseline_steps"])
-    most = INTERLEAVED_BASELINE_STEPS if config.get("interleave") else BASELINE_STEPS
-    return min(int(config["steps"]), most)
+    return default_baseline_steps(int(config["steps"]), int(config.get("interleave") or 0))
 
 
 def model_layers(model: str) -> int | None:

@@ -149,13 +149,13 @@ class FuriosaBackend(Backend):
 def rngd_holders(card: int, proc: str | None = None) -> list:
     """Other processes with card ``card``'s device files (``/dev/rngd/npuN...``) open.
 
-    The daemon's holder scan (daemon/probes.py, stdlib only) does the reading; the pattern
+    The holder scan (trainer/devices.py, which the daemon reads too) does the reading; the pattern
     ``npu1*`` also matches ``npu10``, hence the exact match on the number here. The proc root
     is ``$RNGDCTL_PROC`` (default /proc): a container that sees the host's processes through
     a mount elsewhere names it, as ``rngdctl agent --proc`` does; the device folder is
     ``$RNGDCTL_RNGD_DEV`` (default /dev/rngd).
     """
-    from daemon.probes import device_holders
+    from trainer.devices import device_holders
     from trainer.furiosa_torch import card_files
 
     proc = proc or os.environ.get("RNGDCTL_PROC") or "/proc"

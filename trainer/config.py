@@ -10,9 +10,16 @@ from dataclasses import dataclass
 
 from trainer.errors import UsageError
 
-#: The baseline pass's steps when --baseline-steps is not given (at most --steps):
-#: interleaved, beside the whole run up to 200; one after the other, up to 40
-#: (daemon/runspec.py BASELINE_STEPS says why; submit passes its own on).
+#: The baseline pass's steps when --baseline-steps is not given, never more than
+#: --steps: up to BASELINE_STEPS when the passes run one after the other (cards), up to
+#: INTERLEAVED_BASELINE_STEPS when they interleave (cpu). The model is checked on the
+#: medians of steps 6-N of both passes; at the old 10 steps that was 5 steps each, and the
+#: error a user saw was mostly the host's noise (tiny-llama on a quiet host: worst 20.6 %).
+#: Interleaved, the comparison covers only the steps that ran beside the baseline, so a
+#: baseline as long as the run checks the model on all of them for the cost of one more
+#: pass on the host (docs/design.md "Timing the two passes"; measured in
+#: experiments/2026-12-01-stepmodel-windows-stop-15.md). ``submit`` (daemon/runspec.py)
+#: takes the same rule from here.
 BASELINE_STEPS, INTERLEAVED_BASELINE_STEPS = 40, 200
 
 

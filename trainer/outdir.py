@@ -213,7 +213,7 @@ class OutputFolder:
         if self.out is None:
             return
         from trainer import save
-        from trainer.train import versions
+        from trainer.provenance import versions
 
         if main.engine is None:  # resumed from a checkpoint of its last step
             ckpt = self._resumed or _checkpoint_of(self.newest)

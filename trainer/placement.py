@@ -32,17 +32,11 @@ class Placement:
 
     @classmethod
     def plan(cls, layers: int, cards: int, resident_per_card: int, tied: bool) -> Placement:
-        if cards > layers:
-            raise UsageError(f"{cards} cards for {layers} layers: every card needs a layer")
         if resident_per_card < 0:
             raise UsageError("--resident-layers must be 0 or more")
-        # Refused, never clamped: the same rule and words as daemon/stepmodel.check_placement,
-        # so that what `submit` and `model` accept is what the trainer runs.
-        most = min(hi - lo for lo, hi in (_block(layers, cards, c) for c in range(cards)))
-        if resident_per_card > most:
-            raise UsageError(
-                f"{resident_per_card} resident layers per card is more than the {most} "
-                f"layers a card holds ({layers} layers on {cards} cards)")
+        problem = placement_problem(layers, cards, resident_per_card)
+        if problem:
+            raise UsageError(problem)
         card_of, resident = [], []
         for c in range(cards):
             # Blocks as even as possible, the extra layers on the first cards.
@@ -71,6 +65,28 @@ class Placement:
             r = [i for i in b if self.resident[i]]
             parts.append(f"card {c}: layers {b.start}-{b.stop - 1}, resident {len(r)}")
         return "; ".join(parts)
+
+
+def blocks(layers: int, cards: int) -> list[int]:
+    """Layers per card: contiguous blocks as even as possible, extras on the first cards."""
+    base, extra = divmod(layers, cards)
+    return [base + (1 if c < extra else 0) for c in range(cards)]
+
+
+def placement_problem(layers: int, cards: int, resident_per_card: int) -> str | None:
+    """Why ``layers`` cannot go on ``cards`` with ``resident_per_card`` resident, or None.
+
+    The one rule (refuse, never clamp) that the trainer, ``submit`` and ``model`` share
+    (daemon/stepmodel/shape.py ``check_placement`` raises it as BadInput): every card needs
+    a layer, and a card cannot keep more layers resident than its block holds.
+    """
+    if cards > layers:
+        return f"{cards} cards for {layers} layers: every card needs a layer"
+    most = min(blocks(layers, cards))
+    if resident_per_card > most:
+        return (f"{resident_per_card} resident layers per card is more than the {most} "
+                f"layers a card holds ({layers} layers on {cards} cards)")
+    return None
 
 
 def _block(layers: int, cards: int, card: int) -> tuple[int, int]:

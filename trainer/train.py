@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import platform
 import resource
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from trainer import records
+from trainer import provenance
 from trainer.config import TrainConfig, default_baseline_steps
 from trainer.errors import Cancelled, UsageError
 from trainer.records import (
@@ -359,7 +358,8 @@ class _Pass:
         self.config = config
         recipe.writer.write(Start(
             config_label=self.label, config=config,
-            run_id=cfg.run_id, versions=versions(), git=git_commit(), host=platform.node()))
+            run_id=cfg.run_id, versions=provenance.versions(),
+            git=provenance.git_commit(), host=platform.node()))
         recipe.event("placement", placement.describe())
         for b in recipe.backends:
             if b.picked:  # furiosa:auto: which card, and why not the ones before it
@@ -430,26 +430,3 @@ class _Pass:
 def host_peak_rss_gb() -> float:
     # ru_maxrss is in kilobytes on Linux.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-
-
-def versions() -> dict:
-    from importlib import metadata
-
-    out = {"python": platform.python_version(), "contract": records.SCHEMA_VERSION}
-    for pkg in ("torch", "transformers", "tokenizers", "furiosa-torch"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
-    from trainer.furiosa_torch import smi_versions
-
-    return {**out, **smi_versions()}
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daemon.errors import BadInput, ModelFitError
+from trainer.placement import blocks, placement_problem
+
+__all__ = ["Shape", "blocks", "check_placement"]  # blocks: the trainer's, for the model
 
 
 def _extra(step: dict) -> dict:
@@ -13,29 +16,12 @@ def _extra(step: dict) -> dict:
     return extra if isinstance(extra, dict) else step
 
 
-def blocks(layers: int, cards: int) -> list[int]:
-    """Layers per card: contiguous blocks as even as possible, extras on the first cards.
-
-    The trainer's placement (trainer/engine.py ``_block``), mirrored torch-free.
-    """
-    base, extra = divmod(layers, cards)
-    return [base + (1 if c < extra else 0) for c in range(cards)]
-
-
 def check_placement(layers: int, cards: int, resident_per_card: int) -> None:
-    """Refuse a placement the trainer cannot make (BadInput); never clamp it.
-
-    One rule for ``submit``, ``model`` and the trainer (trainer/engine.py
-    ``Placement.plan`` refuses the same configs with the same words): every card
-    needs a layer, and a card cannot keep more layers resident than its block holds.
-    """
-    if cards > layers:
-        raise BadInput(f"{cards} cards for {layers} layers: every card needs a layer")
-    most = min(blocks(layers, cards))
-    if resident_per_card > most:
-        raise BadInput(
-            f"{resident_per_card} resident layers per card is more than the {most} "
-            f"layers a card holds ({layers} layers on {cards} cards)")
+    """Refuse a placement the trainer cannot make (BadInput); never clamp it: the
+    trainer's own rule (trainer/placement.py ``placement_problem``)."""
+    problem = placement_problem(layers, cards, resident_per_card)
+    if problem:
+        raise BadInput(problem)
 
 
 @dataclass(frozen=True)

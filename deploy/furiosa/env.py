@@ -28,9 +28,8 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# Not the project's (it is not installed there): the test runner, and psutil, which the holder
-# scan (daemon/probes.py) that furiosa:auto reuses needs.
-EXTRA_DEPS = ["pytest<9", "psutil>=5.9"]
+# Not the project's (it is not installed there): the test runner.
+EXTRA_DEPS = ["pytest<9"]
 # Older releases the trainer also supports, each installed --no-deps into a folder of its own
 # (they pin the same torch 2.10.0); tests put one first on PYTHONPATH to run against it.
 OTHER_RELEASES = ["furiosa-torch==2026.2.0"]

@@ -82,3 +82,72 @@ def test_the_sql_rule_sees_a_query_written_outside_the_store(tmp_path):
     stray.write_text('import sqlite3\nconn = sqlite3.connect("x.db")\n'
                      'rows = conn.execute(f"SELECT * FROM runs WHERE id = {1}")\n')
     assert sql_written(stray) == [2, 3, 3]
+
+
+# === the layers ==============================================================
+# rngdctl -> daemon -> the shared modules; the trainer apart. The shared modules sit in the
+# trainer's package (the contract, records.py, was there first) but import no torch and
+# nothing of the trainer's own: the daemon reads them, the trainer runs on them.
+SHARED = {"trainer.records", "trainer.placement", "trainer.config", "trainer.devices",
+          "trainer.errors"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_imports(path: Path, name: str | None = None) -> set[str]:
+    """The project modules ``path`` (module ``name``) imports anywhere in it (a function's
+    import counts: a layer is not kept by hiding its breach inside a function)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    name = name or module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    known = {module_name(p) for p in SOURCES}
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{up}.{base}" if base else up
+            # ``from trainer import records`` imports the module trainer.records; ``from
+            # trainer.records import Step`` a name of it.
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                         for a in node.names)
+    out = set()
+    for target in found:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target and target != name and target.split(".")[0] in ("rngdctl", "daemon",
+                                                                   "trainer"):
+            out.add(target)
+    return out
+
+
+def breaches(importer: str, allowed) -> dict[str, list[str]]:
+    return {module_name(p): bad for p in SOURCES if module_name(p).startswith(importer)
+            and (bad := sorted(n for n in project_imports(p) if not allowed(n)))}
+
+
+def test_the_trainer_imports_nothing_of_the_daemon_or_the_cli():
+    assert breaches("trainer", lambda n: n.startswith("trainer")) == {}
+
+
+def test_the_daemon_imports_nothing_of_the_cli_and_only_the_shared_modules_of_the_trainer():
+    assert breaches("daemon", lambda n: n.startswith("daemon") or n in SHARED) == {}
+
+
+def test_the_shared_modules_import_no_torch_and_only_each_other():
+    for name in SHARED:
+        path = REPO / (name.replace(".", "/") + ".py")
+        assert not imports(path) & {"torch", "transformers"}, name
+        assert project_imports(path) <= SHARED, name
+
+
+def test_the_layer_rule_sees_an_upward_import_inside_a_function(tmp_path):
+    stray = tmp_path / "stray.py"
+    stray.write_text("def f():\n    from daemon.store import Store\n    from . import data\n")
+    assert project_imports(stray, "trainer.stray") == {"daemon.store", "trainer.data"}

@@ -37,11 +37,11 @@ def test_without_a_card_limit_the_need_is_reported_and_nothing_is_refused():
     assert "no card memory limit known" in check.message
 
 
-def test_the_layer_blocks_match_the_trainers_placement():
-    engine = pytest.importorskip("trainer.engine")
+def test_the_layer_blocks_the_model_prices_are_the_trainers_placement():
+    from trainer.placement import Placement
 
     for layers, cards in [(4, 1), (4, 2), (8, 3), (32, 2), (7, 4)]:
-        trainer_blocks = [len(engine.Placement.plan(layers, cards, 0, tied=False).block(c))
+        trainer_blocks = [len(Placement.plan(layers, cards, 0, tied=False).block(c))
                           for c in range(cards)]
         assert stepmodel.blocks(layers, cards) == trainer_blocks
 
