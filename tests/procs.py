@@ -1,4 +1,5 @@
-"""A home's trainer processes as `ps` shows them: shared by the crash tests and bench/crash_kill.py."""
+"""A home's trainer processes as `ps` shows them, and waiting on a real daemon: shared by the
+crash, resume and end-to-end tests and bench/crash_kill.py."""
 
 from __future__ import annotations
 
@@ -52,3 +53,15 @@ class PsSampler(threading.Thread):
     def __exit__(self, *exc):
         self.stop.set()
         self.join()
+
+
+def wait_for(predicate, timeout: float = 90.0, every: float = 0.1):
+    """``predicate()``'s first true value, polled every ``every`` s; AssertionError after
+    ``timeout`` s (a real daemon and trainer, so real time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("timed out waiting")

@@ -14,21 +14,12 @@ import sys
 import time
 
 import pytest
+from procs import wait_for
 
 from daemon import liveness
 
 DEVICE = {"name": "device_idle", "reading": 1, "threshold": "0 holders", "verdict": "fail",
           "detail": "pid 6691 python bench.py (kim) holds /dev/rngd/npu0pe0-3"}
-
-
-def wait_for(predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
 
 
 # === the rule ================================================================

@@ -5,9 +5,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
+from procs import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -20,16 +20,6 @@ def start_daemon(home, *extra):
         [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon", "--tick", "0.2",
          "--exit-when-idle", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(predicate, timeout=90.0, every=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError("timed out waiting")
 
 
 def main_steps(home, run):

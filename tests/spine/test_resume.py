@@ -12,10 +12,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from procs import trainers
+from procs import trainers, wait_for
 
 from daemon import faults
 
@@ -33,16 +32,6 @@ def start_daemon(home):
         [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon", "--tick", "0.2",
          "--exit-when-idle"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=env)
-
-
-def wait_until(check, timeout=180):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
 
 
 def past_a_checkpoint(home, run):
@@ -85,7 +74,7 @@ def test_a_crashed_run_resumed_goes_on_from_its_checkpoint_storing_each_step_onc
     _, out, _ = rngdctl("submit", *RUN)
     run = int(out)
     daemon = start_daemon(home)
-    pid = wait_until(lambda: past_a_checkpoint(home, run))
+    pid = wait_for(lambda: past_a_checkpoint(home, run), timeout=180)
     os.killpg(pid, signal.SIGKILL)  # a crash: no end record, no last checkpoint
     assert daemon.wait(timeout=120) == 0, daemon.stderr.read()
     with home.store() as store:
@@ -104,7 +93,7 @@ def test_a_sigterm_that_is_not_the_daemons_requeues_the_run_and_it_goes_on(home,
     _, out, _ = rngdctl("submit", *RUN)
     run = int(out)
     daemon = start_daemon(home)
-    pid = wait_until(lambda: past_a_checkpoint(home, run))
+    pid = wait_for(lambda: past_a_checkpoint(home, run), timeout=180)
     os.kill(pid, signal.SIGTERM)  # a shutdown: the trainer finishes its step and checkpoints
     assert daemon.wait(timeout=240) == 0, daemon.stderr.read()
     assert_every_step_once(home, run)
