@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/run_output.py                 # quiet
     .venv/bin/python bench/run_output.py --hog 2         # loaded: 2 busy-looping processes
+    .venv/bin/python bench/run_output.py --parts overhead   # one part: save,rss,resume,overhead
 
 Targets, each printed with PASS or FAIL:
 
@@ -46,6 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+PARTS = ("save", "rss", "resume", "overhead")
 SAVE_TARGET, CHECKPOINT_TARGET, RESUME_TARGET, OVERHEAD_TARGET = 1.3, 1.3, 1.5, 0.03
 RSS_SLACK = 64 * 1024 ** 2
 #: submit's defaults (daemon/runspec.py DEFAULTS): the run a user gets.
@@ -303,17 +305,24 @@ def main() -> int:
     parser.add_argument("--overhead-steps", type=int, default=100)
     parser.add_argument("--hog", type=int, default=0, help="busy-looping processes beside")
     parser.add_argument("--tmp", default=None, help="where files go (default: a temp folder)")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"which to measure, comma-separated (default: all of {','.join(PARTS)})")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if parts - set(PARTS):
+        parser.error(f"--parts: unknown {','.join(sorted(parts - set(PARTS)))}")
     print(f"cpu: {cpu_name()}; load before: {os.getloadavg()[0]:.2f}; hog: {args.hog}")
     hogs = start_hog(args.hog)
     ok = True
     try:
         with tempfile.TemporaryDirectory(dir=args.tmp) as name:
             tmp = Path(name)
-            engines = [(args.model, trained_engine(args.model)),
-                       (f"llama 8 x hidden {args.rss_hidden}",
-                        trained_engine(str(big_model_folder(tmp, args.rss_hidden)), 1))]
-            for label, engine in engines:
+            engines = []
+            if parts & {"save", "rss"}:
+                engines = [(args.model, trained_engine(args.model)),
+                           (f"llama 8 x hidden {args.rss_hidden}",
+                            trained_engine(str(big_model_folder(tmp, args.rss_hidden)), 1))]
+            for label, engine in engines if "save" in parts else []:
                 s = bench_save(engine, tmp, args.reps)
                 print(f"save, {label}: {s['bytes'] / 1e6:.1f} MB; ours {s['save_s'] * 1e3:.1f} "
                       f"ms, save_file {s['save_file_s'] * 1e3:.1f} ms; ratio "
@@ -329,10 +338,11 @@ def main() -> int:
                       f"{s['checkpoint_ratio_unsynced']:.2f}x) (target <= {CHECKPOINT_TARGET}x): "
                       + verdict(s["checkpoint_ratio"] <= CHECKPOINT_TARGET))
                 ok &= s["save_ratio"] <= SAVE_TARGET and s["checkpoint_ratio"] <= CHECKPOINT_TARGET
-            big = str(big_model_folder(tmp, args.rss_hidden))
-            engines.append((f"llama 8 x hidden {args.rss_hidden}, LoRA 16 merged",
-                            trained_engine(big, 1, lora=16)))
-            for label, eng in engines:
+            if "rss" in parts:
+                big = str(big_model_folder(tmp, args.rss_hidden))
+                engines.append((f"llama 8 x hidden {args.rss_hidden}, LoRA 16 merged",
+                                trained_engine(big, 1, lora=16)))
+            for label, eng in engines if "rss" in parts else []:
                 r = bench_rss(eng, tmp, merge="merged" in label)
                 bound = r["layer_bytes"] + RSS_SLACK
                 print(f"peak extra RSS, {label} ({r['model_bytes'] / 1e6:.0f} MB, a layer "
@@ -340,21 +350,23 @@ def main() -> int:
                       f"save_file {r['save_file_extra_rss'] / 1e6:.1f} MB (target <= a layer + "
                       f"64 MB = {bound / 1e6:.1f} MB): " + verdict(r["extra_rss"] <= bound))
                 ok &= r["extra_rss"] <= bound
-            del engines, engine, eng
-            r = bench_resume(args.model, tmp, args.reps)
-            print(f"resume: first step {r['resumed_s']:.2f} s after start, fresh "
-                  f"{r['fresh_s']:.2f} s; ratio {r['ratio']:.2f}x (target <= {RESUME_TARGET}x): "
-                  + verdict(r["ratio"] <= RESUME_TARGET))
-            ok &= r["ratio"] <= RESUME_TARGET
-            o = bench_overhead(args.model, tmp, args.overhead_steps)
-            after = (f"; the step after one {o['step_after_checkpoint_s'] * 1e3:.0f} ms"
-                     if o["step_after_checkpoint_s"] else "")
-            print(f"overhead: {o['checkpoints']} checkpoints in {o['steps']} steps "
-                  f"(median {o['median_step_s'] * 1e3:.0f} ms{after}): "
-                  f"{o['checkpoint_s']:.2f} s of {o['step_s_sum']:.1f} s stepping = "
-                  f"{o['ratio']:.2%} (target <= {OVERHEAD_TARGET:.0%}): "
-                  + verdict(o["ratio"] <= OVERHEAD_TARGET))
-            ok &= o["ratio"] <= OVERHEAD_TARGET
+            del engines
+            if "resume" in parts:
+                r = bench_resume(args.model, tmp, args.reps)
+                print(f"resume: first step {r['resumed_s']:.2f} s after start, fresh "
+                      f"{r['fresh_s']:.2f} s; ratio {r['ratio']:.2f}x (target <= "
+                      f"{RESUME_TARGET}x): " + verdict(r["ratio"] <= RESUME_TARGET))
+                ok &= r["ratio"] <= RESUME_TARGET
+            if "overhead" in parts:
+                o = bench_overhead(args.model, tmp, args.overhead_steps)
+                after = (f"; the step after one {o['step_after_checkpoint_s'] * 1e3:.0f} ms"
+                         if o["step_after_checkpoint_s"] else "")
+                print(f"overhead: {o['checkpoints']} checkpoints in {o['steps']} steps "
+                      f"(median {o['median_step_s'] * 1e3:.0f} ms{after}): "
+                      f"{o['checkpoint_s']:.2f} s of {o['step_s_sum']:.1f} s stepping = "
+                      f"{o['ratio']:.2%} (target <= {OVERHEAD_TARGET:.0%}): "
+                      + verdict(o["ratio"] <= OVERHEAD_TARGET))
+                ok &= o["ratio"] <= OVERHEAD_TARGET
     finally:
         for h in hogs:
             h.kill()
