@@ -28,7 +28,7 @@ def seal(store, run_id: int) -> None:
             total = p.step_span[1]  # the note's table: ranges up to the last step
             values[f"loss_table:{label}:{total}"] = [
                 asdict(r) for r in live_loss_table(store, run_id, label, total)]
-    from daemon.series import pass_plots  # series imports this package
+    from daemon.run.plots import pass_plots  # the plots import this package
 
     for label in store.step_counts(run_id):  # the TUI's plots of each pass
         values[f"plots:{label}"] = pass_plots(store, run_id, label).state()

@@ -15,7 +15,7 @@ RULES = {
     "transformers": ["trainer/"],
     "textual": ["rngdctl/tui/"],
     "textual_plotext": ["rngdctl/tui/"],
-    "kubernetes": ["daemon/k8s/"],
+    "kubernetes": ["daemon/launchers/k8s/client.py"],
 }
 
 

@@ -125,7 +125,7 @@ def test_a_step_stored_after_the_seal_is_plotted_and_in_the_medians(store, ids):
 
 
 def test_a_running_pass_is_first_read_from_the_plots_ingest_kept_not_step_by_step(store, ids):
-    from daemon import series as plots
+    from daemon.run import plots
     from trainer import records
 
     run = ids["r200"]  # running, 130 main steps, none sealed

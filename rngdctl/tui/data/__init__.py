@@ -24,8 +24,8 @@ between refreshes):
 
 from __future__ import annotations
 
-from daemon import liveness
-from daemon import replicas as replicas_mod
+from daemon.scheduling import liveness
+from daemon.scheduling import replicas as replicas_mod
 from rngdctl.tui.data.cards import CARDS_WINDOW_S, CardViews
 from rngdctl.tui.data.history import HISTORY_LIMIT, HistoryViews
 from rngdctl.tui.data.host import DAEMON_EVENTS, HostViews

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from daemon.output import RunOutput
+from daemon.run.output import RunOutput
 from daemon.store import Store
 from rngdctl.tui.data.views import HistoryRow
 from rngdctl.tui.series import PLOT_BUCKETS, HeldOutSeries, LossCurve, PassSeries
@@ -37,5 +37,5 @@ class Reader:
         self._event_cursor: int | None = None
         self._curves: dict[int, LossCurve] = {}
         self._held_out: dict[tuple[int, str], HeldOutSeries] = {}
-        #: A run's output (daemon/output.py), and the store's newest event id when it was read.
+        #: A run's output (daemon/run/output.py), and the store's newest event id when it was read.
         self._outputs: dict[int, tuple[int, RunOutput]] = {}
