@@ -6,15 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from daemon.run.output import RunOutput
 from daemon.store import Store
-from rngdctl.tui.data.views import HistoryRow
+from rngdctl.tui.data.views import HistoryRow, Predicted
 from rngdctl.tui.series import PLOT_BUCKETS, HeldOutSeries, LossCurve, PassSeries
-
-if TYPE_CHECKING:  # the step model's part builds on this one
-    from rngdctl.tui.data.predictions import Predicted
 
 
 class Reader:

@@ -1,4 +1,5 @@
-"""The view model: the frozen plain data a refresh hands the app (``Snapshot`` and its parts).
+"""The view model: the frozen plain data a refresh hands the app (``Snapshot`` and its parts),
+and the step model's prediction (``Predicted``) that the parts' model figures come from.
 
 No Textual and no store in it: the widgets only copy these numbers into the screen.
 """
@@ -72,6 +73,14 @@ class QueueRow:
     start: float | None = None
     end: float | None = None
     basis: str = ""
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The step model's prediction for a run's main pass."""
+
+    step_s: float
+    phases: dict  # phase -> predicted seconds
 
 
 @dataclass(frozen=True)
