@@ -13,6 +13,6 @@
 - ``stats/``, ``stepmodel/``: a run's statistics and the step model that reads them.
 
 Nothing in this package imports torch, transformers or textual; the Kubernetes client
-is imported only by ``launchers/k8s/client.py``. The layers are checked by
-tests/spine/test_import_rules.py.
+is imported only by ``launchers/k8s/client.py``. The layers and the absence of import
+cycles are checked by tests/spine/test_import_rules.py.
 """
