@@ -1,4 +1,4 @@
-"""CPU of one card reading through furiosa-smi's child process (daemon/smi.py).
+"""CPU of one card reading through furiosa-smi's child process (daemon/probes/smi.py).
 
 Target (issue 27): one reading of 8 cards <= 150 ms of CPU, measured on the stand-in
 binding (tests/smi_fakes.py): the real cost on a card is unknown until one is lent.
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from smi_fakes import card, fake_binding
 from smi_sysfs import FakeCard, FakeSysfs, namespaces_usable
 
-from daemon import smi
+from daemon.probes import smi
 
 TARGET_MS = 150.0
 

@@ -1,4 +1,4 @@
-"""The holder scan (``probes.read_host``) against a plain readlink scan of /proc/*/fd.
+"""The holder scan (``host_reading.read_host``) against a plain readlink scan of /proc/*/fd.
 
 The plain scan lists /proc, lists each process's fd/ and readlinks every fd
 by its full path: what any scan must do at the least. Three trees, each
@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fake_proc import make_proc
 
-from daemon.probes import DEVICE_GLOBS, read_host
+from daemon.probes.host_reading import DEVICE_GLOBS, read_host
 
 TREES = ("host", "host-rdev", "generated")
 GENERATED_TARGET_S = 0.100

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from daemon.ingest import Ingest
+from daemon.run.ingest import Ingest
 from daemon.store import Store
 from trainer import records
 

@@ -25,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from daemon.ingest import Ingest
+from daemon.run.ingest import Ingest
 from daemon.store import Store
 from trainer import records
 

@@ -27,11 +27,11 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "k8s")]
 from k8s_emulator import NODE, NS, Cluster
 
 from daemon.home import Home
-from daemon.ingest import Ingest
-from daemon.launchers.k8s import K8sLauncher
-from daemon.probes import HostReading
-from daemon.runspec import validate
-from daemon.scheduler import Daemon
+from daemon.launchers.k8s.launcher import K8sLauncher
+from daemon.probes.host_reading import HostReading
+from daemon.run.ingest import Ingest
+from daemon.run.spec import validate
+from daemon.scheduling.loop import Daemon
 from trainer import records
 
 IMAGE = "registry.example/furiosa-llm:2026.1"

@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 PARTS = ("save", "rss", "resume", "overhead")
 SAVE_TARGET, CHECKPOINT_TARGET, RESUME_TARGET, OVERHEAD_TARGET = 1.3, 1.3, 1.5, 0.03
 RSS_SLACK = 64 * 1024 ** 2
-#: submit's defaults (daemon/runspec.py DEFAULTS): the run a user gets.
+#: submit's defaults (daemon/run/spec.py DEFAULTS): the run a user gets.
 USER_RUN = ["--seq-len", "512", "--accum", "4", "--lr", "1e-5", "--data", "synthetic"]
 
 

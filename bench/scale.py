@@ -7,7 +7,7 @@ with phases, samples, a gate check and events. Each finished run is then
 sealed as the daemon seals a run that ends (``stats.seal``, timed); ``show``
 is also timed before the seal. The running run is never sealed: its reads
 walk from the order markers ``add_steps`` keeps, and its plots are kept after
-each batch as ingest keeps them (``series.keep_plots``). Then, for each run,
+each batch as ingest keeps them (``plots.keep_plots``). Then, for each run,
 times the real CLI in a subprocess and reads its peak RSS (``os.wait4``):
 ``show``, ``show --json``, ``export``, ``runs``, ``model --resident-from``
 (the main pass gives the device optimizer's cost) and the TUI's data refresh
@@ -39,8 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from daemon import series, stats
+from daemon import stats
 from daemon.home import Home
+from daemon.run import plots
 from daemon.store import DONE, RUNNING, Store
 from trainer import records
 
@@ -90,11 +91,11 @@ def build_run(store: Store, steps: int, rng: random.Random, *, running: bool = F
     store.add_pass(run, records.Start(records.MAIN, {**SHAPE, "resident_layers": 1}, time=4.0))
     store.add_steps(run, _steps(records.BASELINE, 1, BASELINE_STEPS, 0, rng))
     if running:
-        series.keep_plots(store, run, [records.BASELINE])
+        plots.keep_plots(store, run, [records.BASELINE])
     for first in range(1, steps + 1, BATCH):
         store.add_steps(run, _steps(records.MAIN, first, min(steps, first + BATCH - 1), 1, rng))
         if running:
-            series.keep_plots(store, run, [records.MAIN])
+            plots.keep_plots(store, run, [records.MAIN])
     for i in range(0, steps, 100):  # a sample every 100 steps
         store.add_sample(load=(1.0 + i % 7, 1.0, 1.0), holders=[], run_id=run,
                          now=1000.0 + 4 * i)

@@ -64,14 +64,14 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "k8s")]
 from k8s_emulator import NS, Cluster, stamp
 from k8s_support import Clock, end_line, start_line, step_line
 
-from daemon import nodes
+from daemon.gates import nodes
 from daemon.home import Home
-from daemon.ingest import Ingest
-from daemon.k8s.leader import LeaderElector
-from daemon.launchers.k8s import K8sLauncher
-from daemon.probes import HostReading
-from daemon.runspec import validate
-from daemon.scheduler import Daemon
+from daemon.launchers.k8s.launcher import K8sLauncher
+from daemon.launchers.k8s.leader import LeaderElector
+from daemon.probes.host_reading import HostReading
+from daemon.run.ingest import Ingest
+from daemon.run.spec import validate
+from daemon.scheduling.loop import Daemon
 
 IMAGE = "registry.example/furiosa-llm:2026.1"
 TICK = 5.0

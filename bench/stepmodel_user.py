@@ -15,7 +15,7 @@ configs; llama-3.1-8b-mini: 8). Modes:
 
 - ``--interleave 0``: baseline, then the config (``submit --interleave 0``);
   ``--interleave 2``: the passes alternate in blocks of 2 (the cpu default,
-  ``runspec.INTERLEAVE_BLOCK``).
+  ``run.spec.INTERLEAVE_BLOCK``).
 - ``--hog``: start ``--hog-procs`` busy-looping processes once the run has
   done half of its timed steps (baseline's and config's together), and stop
   them when the run ends. One after the other, that is the moment the
@@ -73,7 +73,7 @@ sys.path.insert(0, str(REPO))
 
 from daemon.home import Home
 from daemon.launchers.local import STEP_LOG
-from daemon.runspec import INTERLEAVE_BLOCK, baseline_steps
+from daemon.run.spec import INTERLEAVE_BLOCK, baseline_steps
 from daemon.stepmodel import blocks
 
 RNGDCTL = [sys.executable, "-m", "rngdctl"]

@@ -3,7 +3,7 @@
 Writes what the daemon writes (one host sample per 5 s tick, tagged with the
 run that ran; one gate check per tick while a run waits) for ``--days``
 simulated days into a fresh store, through ``Store.add_sample`` and
-``Store.add_gate_check``, and lets ``daemon.compaction.Compactor`` run as the
+``Store.add_gate_check``, and lets ``daemon.store.compaction.Compactor`` run as the
 daemon's tick does (at most hourly, a bounded batch, backlog sooner). The
 simulated day: a run waits 2 h (blocked while the load is high, then passing),
 then runs 6 h; the rest of the day the host idles. Steps are not written
@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from daemon.compaction import DAY, Compactor
 from daemon.home import DaemonConfig, Home
+from daemon.store.compaction import DAY, Compactor
 
 TICK = 5.0
 START = 1_800_000_000.0

@@ -53,8 +53,10 @@ class DaemonConfig:
     full_resolution_days: float = 30.0  # samples and gate checks older than this are folded
     compact_every: float = 3600.0  # seconds between two compactions of the store
     follow_failures: int = 5  # a run whose follow fails this many ticks in a row is failed
-    max_attempts: int = 3  # tries of a run before a transient failure fails it (daemon/retry.py)
-    card_sample_s: float = 10.0  # seconds between two furiosa-smi card readings (daemon/cards.py)
+    # tries of a run before a transient failure fails it (daemon/launchers/retry.py)
+    max_attempts: int = 3
+    # seconds between two furiosa-smi card readings (daemon/probes/card_sampler.py)
+    card_sample_s: float = 10.0
 
 
 @dataclass
@@ -91,7 +93,7 @@ class K8sConfig:
     # --- RNGD cards (see docs/design.md) ---
     card_resource: str | None = None  # None: the node's furiosa.ai/rngd, rngd-s or rngd-max
     seccomp_profile: str = "Unconfined"  # the Job pod's; the driver uses io_uring; "" unsets
-    # --- replicas of the daemon (daemon/k8s/leader.py, docs/design.md) ---
+    # --- replicas of the daemon (daemon/launchers/k8s/leader.py, docs/design.md) ---
     leader_election: bool = False  # replicas take a Lease: only its holder launches
     lease_name: str = "rngdctl-daemon"  # the Lease in [k8s] namespace
     lease_duration: float = 15.0  # seconds a standby waits on an unrenewed Lease to take it
@@ -100,7 +102,8 @@ class K8sConfig:
 
 @dataclass
 class NotifyConfig:
-    command: str | list | None = None  # the default notifier (daemon/notify.py); no shell
+    # the default notifier (daemon/scheduling/notify.py); no shell
+    command: str | list | None = None
     timeout: float = 10.0  # seconds a notifier may run; then it is killed (notify_failed)
     blocked_minutes: float = 10.0  # "gates cleared" only after blocked longer than this
     on: list[str] = field(default_factory=lambda: ["start", "finish", "failure",
@@ -188,7 +191,7 @@ def _check_notify(notify: NotifyConfig) -> None:
     if notify == NotifyConfig():
         return  # the defaults are valid: spare every command the notifier's module (18 ms)
     from daemon.errors import BadInput
-    from daemon.notify import MOMENTS, parse_command
+    from daemon.scheduling.notify import MOMENTS, parse_command
 
     try:
         parse_command(notify.command, where="config.toml: [notify] command")

@@ -37,7 +37,7 @@ def span(low, high, show) -> str:
 
 
 def reasons(names) -> str:
-    from daemon.smi import reason_words
+    from daemon.probes.smi import reason_words
 
     return ", ".join(reason_words(n) for n in names or ()) or DASH
 
@@ -56,7 +56,7 @@ def card_range(row: dict) -> str:
 
 def throttle_text(row: dict) -> str | None:
     """``npu1 throttled (thermal slowdown) in 2 of 42 readings``, or None."""
-    from daemon.smi import BENIGN_THROTTLE
+    from daemon.probes.smi import BENIGN_THROTTLE
 
     if not row.get("throttled"):
         return None

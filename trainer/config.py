@@ -18,7 +18,7 @@ from trainer.errors import UsageError
 #: Interleaved, the comparison covers only the steps that ran beside the baseline, so a
 #: baseline as long as the run checks the model on all of them for the cost of one more
 #: pass on the host (docs/design.md "Timing the two passes"; measured in
-#: experiments/2026-12-01-stepmodel-windows-stop-15.md). ``submit`` (daemon/runspec.py)
+#: experiments/2026-12-01-stepmodel-windows-stop-15.md). ``submit`` (daemon/run/spec.py)
 #: takes the same rule from here.
 BASELINE_STEPS, INTERLEAVED_BASELINE_STEPS = 40, 200
 

@@ -1,6 +1,6 @@
 """Who holds the RNGD cards: the processes with a device file open, read from /proc.
 
-Below both the daemon (its host probes, daemon/probes.py, and the holder
+Below both the daemon (its host probes, daemon/probes/host_reading.py, and the holder
 report) and the trainer (a card another process holds at start,
 trainer/backends.py), so that neither imports the other: stdlib only.
 """

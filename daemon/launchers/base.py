@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from daemon.gates import ClusterReading
+from daemon.gates.rules import ClusterReading
 
 #: An Outcome status besides the store's finished states: put the run back at
 #: the head of the queue (a rescued image pull, a foreign device holder).
@@ -20,7 +20,7 @@ class Outcome:
     reason: str | None = None
     exit_code: int | None = None
     #: A REQUEUE after a transient failure: the ``retry`` event's message and data, which
-    #: the scheduler stores (daemon/retry.py, ``Verdict.event``).
+    #: the scheduler stores (daemon/launchers/retry.py, ``Verdict.event``).
     retry: dict | None = None
 
 

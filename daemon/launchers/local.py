@@ -28,13 +28,14 @@ from pathlib import Path
 
 import psutil
 
-from daemon import faults, retry
+from daemon import faults
 from daemon.errors import LaunchError
-from daemon.gates import ClusterReading
+from daemon.gates.rules import ClusterReading
 from daemon.home import Config, Home
-from daemon.ingest import Ingest
+from daemon.launchers import retry
 from daemon.launchers.base import REQUEUE, Outcome
-from daemon.runspec import output_dir, trainer_argv
+from daemon.run.ingest import Ingest
+from daemon.run.spec import output_dir, trainer_argv
 from daemon.store import RUNNING, Store
 from trainer import records
 from trainer.records import LineSplitter

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from daemon.run.plots import pass_plots
 from daemon.stats.loss import live_loss_table
 from daemon.stats.passes import live_pass_stats
 from trainer import records
@@ -28,8 +29,6 @@ def seal(store, run_id: int) -> None:
             total = p.step_span[1]  # the note's table: ranges up to the last step
             values[f"loss_table:{label}:{total}"] = [
                 asdict(r) for r in live_loss_table(store, run_id, label, total)]
-    from daemon.series import pass_plots  # series imports this package
-
     for label in store.step_counts(run_id):  # the TUI's plots of each pass
         values[f"plots:{label}"] = pass_plots(store, run_id, label).state()
     values["step_seconds"] = store.stepped_seconds(run_id)

@@ -192,7 +192,7 @@ class Aggregates(Connection):
             " ORDER BY r.id DESC LIMIT ?", (*FINISHED, limit))]
 
     # === a running pass's state (issue 12) ===================================
-    # What the daemon keeps of a pass between ingests (its plots, daemon/series.py),
+    # What the daemon keeps of a pass between ingests (its plots, daemon/run/plots.py),
     # so a reader's first look at a running run reads one row, not every step.
 
     def pass_state(self, run_id: int, config_label: str, name: str) -> tuple[int, Any] | None:

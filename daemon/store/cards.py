@@ -1,6 +1,6 @@
 """Each card's readings over time (issue 27): the daemon's furiosa-smi readings, one row per
 card per reading, tagged with the run that held the card, and their compaction
-(daemon/compaction.py folds; the SQL is here)."""
+(daemon/store/compaction.py folds; the SQL is here)."""
 
 from __future__ import annotations
 
@@ -71,13 +71,13 @@ class Cards(Connection):
             row["throttle"] = sorted({r for (text,) in reasons for r in _decoded(text)})
         return rows
 
-    # === compaction (daemon/compaction.py folds) ==============================
+    # === compaction (daemon/store/compaction.py folds) ==============================
 
     def compact_card_samples(self, before: float, limit: int) -> tuple[int, bool]:
         """Fold raw card readings older than ``before`` into per-minute rows, at most
         ``limit``; a minute is never split between two calls. Returns (raw rows folded,
         whether more are left)."""
-        from daemon import compaction
+        from daemon.store import compaction
 
         edge = math.floor(before / compaction.MINUTE) * compaction.MINUTE
         raw = "SELECT * FROM card_samples WHERE n IS NULL AND time < ? ORDER BY time, id"

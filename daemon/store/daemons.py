@@ -70,7 +70,7 @@ class Daemons(Connection):
         return rows[0] if rows else None
 
     # === leader election =====================================================
-    # One row per daemon replica (its identity: pod name/pid); see daemon/k8s/leader.py.
+    # One row per daemon replica (its identity: pod name/pid); see daemon/launchers/k8s/leader.py.
 
     def set_replica(self, identity: str, *, role: str, leader: str | None, pid: int,
                     now: float | None = None) -> None:

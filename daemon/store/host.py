@@ -1,5 +1,5 @@
 """The host's readings over time: load samples, gate checks, idle card pods, and
-compaction's folds of old samples and checks (daemon/compaction.py folds; the SQL is here)."""
+compaction's folds of old samples and checks (daemon/store/compaction.py folds; the SQL is here)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ class Host(Connection):
             self.conn.executemany("INSERT INTO idle_pods (node, pod, since) VALUES (?,?,?)",
                                   [(node, pod, since) for pod, since in idle.items()])
 
-    # === compaction (daemon/compaction.py folds; the SQL is here) =============
+    # === compaction (daemon/store/compaction.py folds; the SQL is here) =============
 
     def compact_samples(self, before: float, limit: int) -> tuple[int, bool]:
         """Fold raw samples older than ``before`` into per-minute rows, at most ``limit``.
@@ -109,7 +109,7 @@ class Host(Connection):
         Returns (raw rows folded, whether more are left). A minute is never split
         between two calls: the batch ends at a minute's start.
         """
-        from daemon import compaction
+        from daemon.store import compaction
 
         edge = math.floor(before / compaction.MINUTE) * compaction.MINUTE
         with self._transaction():
@@ -139,7 +139,7 @@ class Host(Connection):
 
         Returns (raw checks folded, whether more are left).
         """
-        from daemon import compaction
+        from daemon.store import compaction
 
         edge = before
         with self._transaction():

@@ -81,7 +81,7 @@ class Queue(Connection):
             " AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.restart_of = r.id) ORDER BY id",
             statuses)
 
-    # === retry evidence (issue 14, daemon/retry.py) ===========================
+    # === retry evidence (issue 14, daemon/launchers/retry.py) ===========================
 
     def image_pulled_before(self, image: str, *, default_image: str | None = None
                             ) -> float | None:

@@ -145,7 +145,7 @@ _V4 = [
 
 # Version 5: when each card pod was first seen with no device file open, so a
 # pod idle for longer than [gates] phantom_after is reported as a phantom even
-# across daemon restarts (daemon/holders.py).
+# across daemon restarts (daemon/probes/holders.py).
 _V5 = [
     """CREATE TABLE idle_pods (
         node TEXT NOT NULL,
@@ -155,7 +155,7 @@ _V5 = [
     )""",
 ]
 
-# Version 6: compaction (daemon/compaction.py). A samples row with ``n`` set stands
+# Version 6: compaction (daemon/store/compaction.py). A samples row with ``n`` set stands
 # for n samples of one minute (load1 their mean, load1_min/max their range); a
 # gate_checks row with ``count`` set for a run of identical verdicts from
 # ``time`` to ``last_time`` (load_min/max: the host-load readings' range). NULL:
@@ -225,7 +225,7 @@ _V7 = [
         FROM steps GROUP BY run_id, config_label""",
 ]
 
-# Version 8: the daemon's replicas under leader election (daemon/k8s/leader.py):
+# Version 8: the daemon's replicas under leader election (daemon/launchers/k8s/leader.py):
 # each replica's role (leader or standby), who it saw holding the Lease and its
 # own heartbeat, so that commands run beside a standby say so. The ``daemon``
 # row stays the leader's.
@@ -273,7 +273,7 @@ _V10 = [
 # marker, which ingest keeps at the ranks the medians and quartiles need
 # (daemon/store/markers.py). Beside them: each pass's steady steps lacking a
 # column (a NULL phase, 0 tokens), counted at ingest, and what the daemon keeps
-# of a running pass between ingests (its plots, daemon/series.py). ``value``
+# of a running pass between ingests (its plots, daemon/run/plots.py). ``value``
 # has no type: a marker keeps the column's own (tokens stay integers).
 _V11 = [
     """CREATE TABLE steady_absent (
@@ -330,7 +330,7 @@ _V12 = [
     )""",
 ]
 
-# Version 13 (issue 27): each card's readings from furiosa-smi (daemon/smi.py), one row
+# Version 13 (issue 27): each card's readings from furiosa-smi (daemon/probes/smi.py), one row
 # per card per reading, every [daemon] card_sample_s; ``run_id`` the run that held the
 # card then (NULL: none of ours). Folded by compaction like ``samples``: ``n`` set, one
 # row per minute, run, node and card, the means in the value columns, the ranges in

@@ -31,8 +31,8 @@ def agent(home, node, namespace, context, tick, proc, once):
 
     Example: rngdctl agent --node rngd-node-1 --namespace ml --once
     """
-    from daemon.agent import Agent
-    from daemon.k8s.client import K8sClient
+    from daemon.launchers.k8s.agent import Agent
+    from daemon.launchers.k8s.client import K8sClient
 
     config = home.config()
     if context:

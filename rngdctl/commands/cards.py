@@ -20,8 +20,8 @@ def _local_holders(config, proc: str) -> dict:
     local launcher's report gives, and quicker to start)."""
     import socket
 
-    from daemon import holders
-    from daemon.probes import read_host
+    from daemon.probes import holders
+    from daemon.probes.host_reading import read_host
 
     now = time.time()
     host = read_host(tuple(config.gates.device_globs), proc=proc, now=now)
@@ -34,7 +34,7 @@ def read_cards(home, reader, launcher_name: str | None, proc: str = "/proc",
                **k8s_flags) -> dict:
     """One reading of this host's cards, each with its holders (the holder scan, run while
     furiosa-smi's child process reads)."""
-    from daemon import smi
+    from daemon.probes import smi
 
     pending = reader.start()
     config = home.config()
@@ -118,7 +118,7 @@ def cards(ctx, home, watch, launcher, proc, as_json, **k8s_flags):
     """
     import json
 
-    from daemon.smi import CardReader
+    from daemon.probes.smi import CardReader
 
     reader = CardReader()
     code = 1

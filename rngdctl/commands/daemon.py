@@ -11,8 +11,8 @@ from rngdctl.options import echo_json, fmt, json_option, with_home
 
 
 def _build(home, launcher_name: str | None, store, config):
-    from daemon.ingest import Ingest
-    from daemon.launchers import make_launcher
+    from daemon.launchers.factory import make_launcher
+    from daemon.run.ingest import Ingest
 
     name = launcher_name or config.daemon.launcher
     return make_launcher(name, home=home, store=store, config=config, ingest=Ingest(store))
@@ -65,7 +65,7 @@ def daemon(home, launcher, tick, exit_when_idle, **k8s_flags):
 
     Example: rngdctl daemon --launcher local --tick 2 --exit-when-idle
     """
-    from daemon.scheduler import Daemon, install_signal_handlers
+    from daemon.scheduling.loop import Daemon, install_signal_handlers
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -92,7 +92,7 @@ def _elector(launcher, config):
     if launcher.name != "k8s":
         raise ConfigError("[k8s] leader_election needs the k8s launcher (--launcher k8s): "
                           "local daemons on one home already exclude each other by its lock")
-    from daemon.k8s import leader
+    from daemon.launchers.k8s import leader
 
     return leader.LeaderElector(launcher.client, namespace=k8s.namespace, name=k8s.lease_name,
                                 identity=leader.identity(), lease_duration=k8s.lease_duration,
@@ -101,8 +101,10 @@ def _elector(launcher, config):
 
 def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) -> dict:
     """Read the probes now and evaluate every gate for the head of the queue."""
-    from daemon import gates, liveness, replicas, smi
-    from daemon.probes import read_host
+    from daemon.gates import rules
+    from daemon.probes import smi
+    from daemon.probes.host_reading import read_host
+    from daemon.scheduling import liveness, replicas
 
     cards_pending = smi.Pending()  # furiosa-smi's child reads while the rest is probed
     config = _k8s_overrides(home.config(), **k8s_flags)
@@ -115,7 +117,7 @@ def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) 
             cluster = launcher.cluster_reading(head or {"id": None, "config": {"cards": need}})
         finally:
             launcher.close()
-        result = gates.evaluate(host=host, cluster=cluster, cards=need,
+        result = rules.evaluate(host=host, cluster=cluster, cards=need,
                                 active=store.active_runs(), load_max=config.gates.load_max,
                                 card_reading=cards_pending.result(),
                                 max_temp_c=config.gates.max_temp_c)
@@ -124,7 +126,7 @@ def read_gates(home, launcher_name: str | None, cards: int | None, **k8s_flags) 
     return {
         "run": head["id"] if head else None,
         "cards": need,
-        "passed": gates.all_pass(result),
+        "passed": rules.all_pass(result),
         "gates": [g.as_dict() for g in result],
         "holders": [h.as_dict() for h in host.holders],
         "visibility": host.visibility_note,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from daemon.runspec import baseline_steps
+from daemon.run.spec import baseline_steps
 
 #: The demo's run. Its baseline is submit's default, chosen so that the step
 #: model's error it prints is one a new user can believe on a busy laptop
@@ -112,7 +112,7 @@ def _echo_model(home, run_id: int) -> None:
 
 def _echo_saved(home, run_id: int) -> None:
     """Where the fine-tuned model is, and the one line of Python that loads it."""
-    from daemon import output
+    from daemon.run import output
 
     with home.store() as store:
         model = output.run_output(store, store.run(run_id)).model
@@ -136,7 +136,7 @@ def demo(ctx, home_path, steps, no_tui, out):
     Example: rngdctl demo --no-tui
     """
     from daemon.home import Home
-    from daemon.runspec import validate
+    from daemon.run.spec import validate
     from rngdctl.export import write_note
 
     given = home_path or ctx.meta.get("rngdctl.home_given")

@@ -1,7 +1,7 @@
 """`rngdctl diff A B`: only the config values that differ, then step time, tok/s, and the
 train and held-out loss.
 
-Thin over ``daemon.compare.diff_runs``.
+Thin over ``daemon.run.diff.diff_runs``.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def diff(home, as_json, a_ref, b_ref):
 
     Example: rngdctl diff 3 4
     """
-    from daemon.compare import diff_runs
+    from daemon.run.diff import diff_runs
 
     with home.store() as store:
         result = diff_runs(store, a_ref, b_ref)

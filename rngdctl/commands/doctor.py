@@ -23,7 +23,7 @@ def doctor(home, context, namespace, agent, as_json):
 
     Example: rngdctl doctor --context prod --namespace ml
     """
-    from daemon.k8s.doctor import run_checks
+    from daemon.launchers.k8s.doctor import run_checks
 
     config = home.config()
     if context:

@@ -1,7 +1,7 @@
 """`rngdctl edit`, `clone`, `restart` and `resume`: change a queued run; queue runs again.
 
-Thin over ``daemon.queueing.edit_run`` / ``clone_run``; the changes are
-validated by ``daemon.runspec`` exactly as ``submit``'s options are.
+Thin over ``daemon.scheduling.queueing.edit_run`` / ``clone_run``; the changes are
+validated by ``daemon.run.spec`` exactly as ``submit``'s options are.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def edit(home, as_json, run_ref, settings):
 
     Example: rngdctl edit 7 --set steps=500 --set seq-len=256
     """
-    from daemon.queueing import edit_run
+    from daemon.scheduling.queueing import edit_run
 
     with home.store() as store:
         run, changes = edit_run(store, run_ref, list(settings))
@@ -56,7 +56,7 @@ def clone(home, as_json, run_ref, settings):
 
     Example: rngdctl clone 7 --set lr=2e-5
     """
-    from daemon.queueing import clone_run
+    from daemon.scheduling.queueing import clone_run
 
     with home.store() as store:
         new_id, changes = clone_run(store, run_ref, list(settings))
@@ -85,7 +85,7 @@ def restart(home, as_json, run_refs, all_failed):
 
     Example: rngdctl restart --all-failed
     """
-    from daemon.queueing import restart_runs
+    from daemon.scheduling.queueing import restart_runs
 
     with home.store() as store:
         pairs = restart_runs(store, list(run_refs), all_failed=all_failed)
@@ -112,7 +112,7 @@ def resume(home, as_json, run_refs):
 
     Example: rngdctl resume 3
     """
-    from daemon.queueing import resume_runs
+    from daemon.scheduling.queueing import resume_runs
 
     with home.store() as store:
         resumed = resume_runs(store, list(run_refs))

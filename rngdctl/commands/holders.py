@@ -14,8 +14,8 @@ COLUMNS = ("NODE", "CARD", "PID", "USER", "AGE", "POD", "JOB", "RUN", "MARK", "C
 
 def read_holders(home, launcher_name: str | None, proc: str = "/proc", **k8s_flags) -> dict:
     """Probe the device holders now and join them to their pods (one pod list call)."""
-    from daemon import holders
-    from daemon.probes import read_host
+    from daemon.probes import holders
+    from daemon.probes.host_reading import read_host
 
     config = _k8s_overrides(home.config(), **k8s_flags)
     now = time.time()

@@ -1,6 +1,6 @@
 """`rngdctl plan`: every (cards, resident) config the node allows, priced by the step model.
 
-Thin: find the baseline, read what the node allows, call ``daemon.plan.make_plan``.
+Thin: find the baseline, read what the node allows, call ``daemon.scheduling.plan.make_plan``.
 ``submit --cards best`` uses ``choose`` from here.
 """
 
@@ -14,12 +14,12 @@ from rngdctl.units import rate, secs
 
 def capacity_for(home, config, backend: str, launcher_name: str | None = None):
     """What the node allows, for the launcher in use (config.toml's, or the one named)."""
-    from daemon import plan
+    from daemon.scheduling import plan
 
     name = launcher_name or config.daemon.launcher
     if name == "k8s":
-        from daemon.ingest import Ingest
-        from daemon.launchers import make_launcher
+        from daemon.launchers.factory import make_launcher
+        from daemon.run.ingest import Ingest
 
         with home.store() as store:
             launcher = make_launcher("k8s", home=home, store=store, config=config,
@@ -30,7 +30,7 @@ def capacity_for(home, config, backend: str, launcher_name: str | None = None):
                                          host_gb=plan.memory_quantity_gb(config.k8s.memory))
             finally:
                 launcher.close()
-    from daemon.probes import read_host
+    from daemon.probes.host_reading import read_host
 
     host = read_host(tuple(config.gates.device_globs))
     return plan.local_capacity(host, backend=backend, host_gb=plan.host_memory_gb())
@@ -39,8 +39,8 @@ def capacity_for(home, config, backend: str, launcher_name: str | None = None):
 def build_plan(home, store, *, baseline_run=None, model=None, steps=None, seq_len=None,
                accum=None, card_gb=None, launcher=None):
     """The plan for a baseline run (id or name) or a model's newest baseline in the store."""
-    from daemon import plan
     from daemon.errors import BadInput
+    from daemon.scheduling import plan
 
     if baseline_run is None and model is None:
         raise BadInput("give --baseline RUN or --model NAME")
@@ -58,7 +58,7 @@ def choose_best(home, store, options: dict):
     Returns the plan (its ``best`` is the choice); raises BadInput when nothing fits now.
     """
     from daemon.errors import BadInput
-    from daemon.runspec import validate
+    from daemon.run.spec import validate
 
     if options.get("resident") is not None:
         raise BadInput("--cards best chooses --resident too: leave --resident out")

@@ -102,8 +102,8 @@ def submit(home, as_json, after, priority, notify, **options):
 
     Example: rngdctl submit --cards 2 --resident 1 --steps 200 --baseline
     """
-    from daemon.queueing import queue_run
-    from daemon.runspec import validate
+    from daemon.run.spec import validate
+    from daemon.scheduling.queueing import queue_run
 
     with home.store() as store:
         chosen = None
@@ -140,8 +140,8 @@ def runs(home, as_json, show_all):
 
     Example: rngdctl runs --json
     """
-    from daemon import liveness, replicas
-    from daemon.estimate import queue_estimates
+    from daemon.scheduling import liveness, replicas
+    from daemon.scheduling.estimate import queue_estimates
     from daemon.store import ACTIVE
 
     now = time.time()
@@ -199,7 +199,8 @@ def _estimate_text(e) -> str:
 
 def run_details(store, run_ref, live) -> dict:
     """Everything ``show`` prints, as data; ``live``: the daemon's Liveness."""
-    from daemon import output, stats
+    from daemon import stats
+    from daemon.run import output
     from daemon.store import ACTIVE, QUEUED
 
     run = store.run(run_ref)
@@ -221,7 +222,7 @@ def run_details(store, run_ref, live) -> dict:
             model = {"error_message": str(exc)}
     waiting = None
     if run["status"] == QUEUED and checks and not checks[-1]["passed"]:
-        from daemon.gates import node_verdicts
+        from daemon.gates.rules import node_verdicts
 
         since = store.blocked_since(run["id"])
         blocking = [g for g in checks[-1]["gates"] if g["verdict"] == "fail"]
@@ -231,11 +232,11 @@ def run_details(store, run_ref, live) -> dict:
         waiting = {"blocked_since": since, "as_of": None if live.running else last,
                    "blocked_by": [f"{g['name']}: {g['detail']}" for g in blocking],
                    **node_verdicts(checks[-1]["gates"])}  # with node agents
-    from daemon.queueing import waiting_for
+    from daemon.scheduling.queueing import waiting_for
 
     estimate = None
     if run["status"] == QUEUED:
-        from daemon.estimate import queue_estimates
+        from daemon.scheduling.estimate import queue_estimates
 
         estimate = next((e.as_dict() for e in queue_estimates(store, time.time())
                          if e.run_id == run["id"]), None)
@@ -261,7 +262,7 @@ def run_details(store, run_ref, live) -> dict:
 
 def output_lines(run: dict, found, held) -> list[str]:
     """The run's model folder, its checkpoints, its resumes and its held-out loss."""
-    from daemon import output
+    from daemon.run import output
     from daemon.store import FINISHED
 
     lines = [f"  output: {output.model_words(found, finished=run['status'] in FINISHED)}"]
@@ -293,7 +294,7 @@ def model_lines(model: dict) -> list[str]:
 
 def card_lines(cards: list[dict]) -> list[str]:
     """Each card the run held: its temperature, power and utilization range, and when it
-    throttled (furiosa-smi's readings, daemon/cards.py)."""
+    throttled (furiosa-smi's readings, daemon/probes/card_sampler.py)."""
     from rngdctl import card_units
 
     if not cards:
@@ -325,7 +326,7 @@ def show(home, as_json, run_ref):
 
     Example: rngdctl show 3
     """
-    from daemon import liveness, replicas
+    from daemon.scheduling import liveness, replicas
     from daemon.store import FINISHED
 
     now = time.time()

@@ -1,6 +1,6 @@
 """`rngdctl wait RUN...`: block until the runs end; exit 0 if all are done, 1 otherwise.
 
-Thin over ``daemon.queueing.wait_for_runs``, which polls the store.
+Thin over ``daemon.scheduling.queueing.wait_for_runs``, which polls the store.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def wait(home, as_json, run_refs, timeout, interval):
 
     Example: rngdctl wait 3 4 --timeout 3600 && rngdctl export 3 4
     """
-    from daemon.queueing import wait_for_runs
+    from daemon.scheduling.queueing import wait_for_runs
 
     def report(run: dict) -> None:
         if as_json:

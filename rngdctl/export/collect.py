@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from daemon import stats, stepmodel
 from daemon.errors import BadInput, ModelFitError
 from daemon.home import K8sConfig
-from daemon.output import HeldOut, RunOutput, held_out, run_output
+from daemon.run.output import HeldOut, RunOutput, held_out, run_output
 from daemon.store import Store
 from rngdctl.export.words import _get, _md, describe_placement, secs
 from trainer import records
@@ -97,7 +97,7 @@ class RunReport:
     comparison: stepmodel.Comparison | None = None
     k8s: K8sConfig | None = None
     #: The run's model folder, checkpoints and resumes, and its held-out loss
-    #: (daemon/output.py): what the note says the run delivered.
+    #: (daemon/run/output.py): what the note says the run delivered.
     output: RunOutput | None = None
     held_out: HeldOut = field(default_factory=HeldOut)
     #: Each card the run held: its readings' ranges and throttling (Store.card_ranges).

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from daemon import stats
-from daemon.series import PLOT_BUCKETS, MinMaxBuckets, PassPlots, Series
+from daemon.run.plots import PLOT_BUCKETS, MinMaxBuckets, PassPlots, Series
 
 __all__ = ["PLOT_BUCKETS", "HeldOutSeries", "LossCurve", "MinMaxBuckets", "PassSeries", "Series",
            "overlay_series"]
@@ -31,7 +31,7 @@ class LossCurve:
 
 
 # === Downsampling ============================================================
-# The min/max buckets and a pass's two plots live in daemon/series.py: the daemon
+# The min/max buckets and a pass's two plots live in daemon/run/plots.py: the daemon
 # seals a finished run's plots with them (stats.seal), so they are the same code.
 
 

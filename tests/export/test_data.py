@@ -7,7 +7,7 @@ import math
 
 from recorded import T0, drifting_steps
 
-from daemon.ingest import Ingest
+from daemon.run.ingest import Ingest
 from daemon.store import Store
 from rngdctl.export import write_note
 from trainer import records

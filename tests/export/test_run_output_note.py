@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from recorded import T0, drifting_steps
 
-from daemon.ingest import Ingest
+from daemon.run.ingest import Ingest
 from rngdctl.export import write_note
 from trainer import records
 

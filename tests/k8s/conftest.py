@@ -61,8 +61,8 @@ def clock():
 
 @pytest.fixture
 def launcher(cluster, home, store, config, proc, clock):
-    from daemon.ingest import Ingest
-    from daemon.launchers.k8s import K8sLauncher
+    from daemon.launchers.k8s.launcher import K8sLauncher
+    from daemon.run.ingest import Ingest
 
     k8s = K8sLauncher(home=home, store=store, config=config, ingest=Ingest(store),
                       proc=str(proc), clock=clock)
@@ -73,7 +73,7 @@ def launcher(cluster, home, store, config, proc, clock):
 @pytest.fixture
 def submit(store):
     """Queue a run: submit(cards=2, steps=5, ...) -> the run id."""
-    from daemon.runspec import validate
+    from daemon.run.spec import validate
 
     def add(**options):
         options = {"cards": 2, "resident": 2, "steps": 5, **options}
@@ -85,8 +85,8 @@ def submit(store):
 @pytest.fixture
 def daemon(home, store, config, launcher):
     """The real scheduler over the launcher, on an idle host; tick it with ``tick(now=...)``."""
-    from daemon.probes import HostReading
-    from daemon.scheduler import Daemon
+    from daemon.probes.host_reading import HostReading
+    from daemon.scheduling.loop import Daemon
 
     idle = HostReading(time=0, load=(1.0, 1.0, 1.0), holders=(), complete=True)
     launcher.startup()

@@ -30,7 +30,7 @@ def tick_until_launched(daemon, store, run_id: int, now: int) -> int:
 
 
 def pulled_before(store, image: str) -> None:
-    """The store remembers a pre-pull pod of ours that pulled ``image`` (daemon/retry.py's
+    """The store remembers a pre-pull pod of ours that pulled ``image`` (daemon/launchers/retry.py's
     evidence that a later failed pull of it is worth a retry)."""
     store.add_event(None, "prepull", f"{image} pulled onto rngd-node-1 by an earlier pod",
                     now=1.0, data={"pulled": image, "node": "rngd-node-1"})
@@ -72,8 +72,8 @@ def publish_agents(config, tmp_path, heartbeats, tick: float = 5.0) -> None:
 
     The agents read an empty /proc of their own (no holder) and no furiosa-smi.
     """
-    from daemon.agent import Agent
-    from daemon.k8s.client import K8sClient
+    from daemon.launchers.k8s.agent import Agent
+    from daemon.launchers.k8s.client import K8sClient
 
     for node, at in heartbeats:
         proc = tmp_path / f"proc-{node}"

@@ -9,9 +9,9 @@ import re
 import pytest
 from k8s_emulator import NODE, NS
 
-from daemon import nodes
-from daemon.agent import Agent
-from daemon.k8s.client import K8sClient
+from daemon.gates import nodes
+from daemon.launchers.k8s.agent import Agent
+from daemon.launchers.k8s.client import K8sClient
 
 NODE2, NODE3 = "rngd-node-2", "rngd-node-3"
 T0 = 1_767_225_600.0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from k8s_emulator import NODE, NS
 
-from daemon.agent import Agent
-from daemon.k8s.client import K8sClient
+from daemon.launchers.k8s.agent import Agent
+from daemon.launchers.k8s.client import K8sClient
 
 NODE2 = "rngd-node-2"
 T0 = 1_767_225_600.0

@@ -14,7 +14,7 @@ def no_cluster_env(monkeypatch, tmp_path):
 
 
 def test_without_kubeconfig_env_the_users_kube_config_is_read(cluster, no_cluster_env):
-    from daemon.k8s.client import connect
+    from daemon.launchers.k8s.client import connect
 
     (no_cluster_env / ".kube").mkdir(parents=True)
     (no_cluster_env / ".kube" / "config").write_text(cluster.kubeconfig.read_text())
@@ -25,7 +25,7 @@ def test_without_kubeconfig_env_the_users_kube_config_is_read(cluster, no_cluste
 
 
 def test_a_context_that_the_kubeconfig_lacks_is_one_clear_error(cluster):
-    from daemon.k8s.client import K8sConfigError, connect
+    from daemon.launchers.k8s.client import K8sConfigError, connect
 
     with pytest.raises(K8sConfigError, match="kubeconfig: .*prod"):
         connect("prod")
@@ -34,7 +34,7 @@ def test_a_context_that_the_kubeconfig_lacks_is_one_clear_error(cluster):
 def test_in_a_pod_the_service_account_is_used(no_cluster_env, monkeypatch, tmp_path):
     from kubernetes.config import incluster_config
 
-    from daemon.k8s.client import K8sConfigError, connect
+    from daemon.launchers.k8s.client import K8sConfigError, connect
 
     token, ca = tmp_path / "token", tmp_path / "ca.crt"
     token.write_text("sa-token")
@@ -52,7 +52,7 @@ def test_in_a_pod_the_service_account_is_used(no_cluster_env, monkeypatch, tmp_p
 
 
 def test_with_neither_a_kubeconfig_nor_a_pod_the_error_says_what_to_set(no_cluster_env):
-    from daemon.k8s.client import K8sConfigError, connect
+    from daemon.launchers.k8s.client import K8sConfigError, connect
 
     with pytest.raises(K8sConfigError, match="set KUBECONFIG or create ~/.kube/config"):
         connect()

@@ -20,7 +20,7 @@ def _rules(kind: str, name: str = "rngdctl") -> set[tuple[str, str, str]]:
 
 
 def test_the_rbac_grants_every_permission_the_doctor_checks_and_no_more():
-    from daemon.k8s.doctor import PERMISSIONS
+    from daemon.launchers.k8s.doctor import PERMISSIONS
 
     wanted_ns = {(g, r + (f"/{s}" if s else ""), v) for v, r, s, g, ns in PERMISSIONS if ns}
     wanted_cluster = {(g, r + (f"/{s}" if s else ""), v)
@@ -39,7 +39,7 @@ def test_the_daemon_example_sees_the_hosts_processes_and_devices():
 
 def test_the_example_config_loads_and_its_volumes_build():
     from daemon.home import parse_config
-    from daemon.k8s.jobspec import volumes
+    from daemon.launchers.k8s.jobspec import volumes
 
     config = parse_config((DEPLOY / "config.toml.example").read_text())
     assert config.gates.consecutive == 2 and config.daemon.launcher == "k8s"
@@ -48,7 +48,7 @@ def test_the_example_config_loads_and_its_volumes_build():
 
 
 def test_the_agents_rbac_grants_every_permission_doctor_agent_checks_and_no_more():
-    from daemon.k8s.doctor import AGENT_PERMISSIONS
+    from daemon.launchers.k8s.doctor import AGENT_PERMISSIONS
 
     wanted_ns = {(g, r, v) for v, r, s, g, ns in AGENT_PERMISSIONS if ns}
     wanted_cluster = {(g, r, v) for v, r, s, g, ns in AGENT_PERMISSIONS if not ns}

@@ -6,7 +6,7 @@ from k8s_emulator import NODE
 
 
 def _checks(config, proc):
-    from daemon.k8s.doctor import run_checks
+    from daemon.launchers.k8s.doctor import run_checks
 
     return {c.name: c for c in run_checks(config, proc=str(proc))}
 
@@ -77,7 +77,7 @@ def test_doctor_sees_every_process_when_proc_is_fully_readable(cluster, config, 
 
 
 def test_doctor_agent_checks_the_agents_rights_and_names_a_missing_one(cluster, config, proc):
-    from daemon.k8s.doctor import run_checks
+    from daemon.launchers.k8s.doctor import run_checks
 
     checks = {c.name: c for c in run_checks(config, proc=str(proc), agent=True)}
     assert checks["may patch configmaps"].ok and checks["may list pods"].ok

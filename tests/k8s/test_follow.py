@@ -111,7 +111,8 @@ def test_pull_failures_and_failed_pre_pulls_share_max_attempts_and_the_first_mes
 def test_a_pre_pull_that_keeps_failing_fails_the_queued_run_and_unblocks_the_queue(
         cluster, daemon, submit, store, config, clock):
     config.k8s.prepull_retry = 30
-    pulled_before(store, MISSING)  # so each failed pull is worth a retry (daemon/retry.py)
+    # so each failed pull is worth a retry (daemon/launchers/retry.py)
+    pulled_before(store, MISSING)
     stuck = submit(image=MISSING)
     behind = submit()
     messages = ["pull access denied, repository does not exist", "Back-off pulling image",
@@ -281,7 +282,7 @@ def test_a_crashed_trainers_last_line_without_a_newline_is_still_saved(cluster, 
 
 
 def test_a_partial_last_line_waits_for_its_newline():
-    from daemon.k8s.logs import LogCursor
+    from daemon.launchers.k8s.logs import LogCursor
 
     cursor = LogCursor()
     assert cursor.take("2026-01-01T00:00:01Z a\n2026-01-01T00:00:02Z b-partial") == ["a"]

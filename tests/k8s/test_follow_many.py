@@ -10,8 +10,8 @@ import pytest
 from k8s_emulator import NODE, NS, stamp
 from k8s_support import IMAGE, device_holder, publish_agents, start_line, step_line
 
-from daemon import nodes
-from daemon.holders import HolderRow
+from daemon.gates import nodes
+from daemon.probes.holders import HolderRow
 
 NODE2 = "rngd-node-2"
 T0 = 1_767_225_600.0

@@ -67,7 +67,8 @@ def test_an_unpullable_image_fails_the_image_gate_with_the_kubelet_message(
     reading = launcher.cluster_reading(run)
     assert reading.image_present is False
     assert "InvalidImageName: couldn't parse image name" in reading.image_detail
-    # A name the kubelet cannot parse is never retried (daemon/retry.py): the run fails now.
+    # A name the kubelet cannot parse is never retried (daemon/launchers/retry.py): the run
+    # fails now.
     assert [e["kind"] for e in store.events(run_id=run["id"])][-2:] == ["prepull_failed",
                                                                        "finished"]
     assert store.run(run["id"])["status"] == "failed"
@@ -75,8 +76,8 @@ def test_an_unpullable_image_fails_the_image_gate_with_the_kubelet_message(
 
 def test_gate_checks_store_the_cluster_readings_beside_the_host_gates(cluster, launcher, submit,
                                                                      home, store, config):
-    from daemon.probes import HostReading
-    from daemon.scheduler import Daemon
+    from daemon.probes.host_reading import HostReading
+    from daemon.scheduling.loop import Daemon
 
     cluster.add_pod("serving", cards=7, namespace="inference")
     run_id = submit(cards=2)
@@ -112,8 +113,8 @@ def test_a_run_launches_only_after_the_gates_pass_on_two_ticks_in_a_row(cluster,
 
 
 def _new_launcher(home, store, config, proc):
-    from daemon.ingest import Ingest
-    from daemon.launchers.k8s import K8sLauncher
+    from daemon.launchers.k8s.launcher import K8sLauncher
+    from daemon.run.ingest import Ingest
 
     return K8sLauncher(home=home, store=store, config=config, ingest=Ingest(store),
                        proc=str(proc))

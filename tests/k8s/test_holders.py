@@ -11,8 +11,8 @@ import uuid
 import pytest
 from k8s_emulator import NODE, NS
 
-from daemon import holders
-from daemon.probes import read_host
+from daemon.probes import holders
+from daemon.probes.host_reading import read_host
 
 RUN_UID = str(uuid.uuid4())
 NOCARD_UID = str(uuid.uuid4())
@@ -92,8 +92,8 @@ def test_orphans_are_a_process_in_no_pod_a_gone_pod_and_a_pod_without_cards(
 
 def test_a_card_pod_idle_past_phantom_after_is_a_phantom_remembered_across_launchers(
         node, launcher, store, config, home):
-    from daemon.ingest import Ingest
-    from daemon.launchers.k8s import K8sLauncher
+    from daemon.launchers.k8s.launcher import K8sLauncher
+    from daemon.run.ingest import Ingest
 
     host = read_host(proc=str(node))
     first = holders.report(host, launcher, store, now=1000.0, phantom_after=600,
@@ -141,7 +141,7 @@ def test_with_the_api_down_holders_are_listed_without_pods_and_nothing_is_marked
 
 def test_the_device_idle_gate_names_the_pod_that_holds_a_card(node, launcher, store, config,
                                                               home, submit):
-    from daemon.scheduler import Daemon
+    from daemon.scheduling.loop import Daemon
 
     run_id = submit(cards=1)
     launcher.startup()

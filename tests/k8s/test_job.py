@@ -8,7 +8,7 @@ import pytest
 from k8s_emulator import NODE
 from k8s_support import IMAGE, end_line, start_line, step_line
 
-from daemon.k8s import jobspec
+from daemon.launchers.k8s import jobspec
 
 DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

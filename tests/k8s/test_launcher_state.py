@@ -25,9 +25,9 @@ def _pulled(digest: str = DIGEST) -> dict:
 @pytest.fixture
 def restart(home, store, config, proc, clock):
     """Kill the daemon (its launcher stops mid-flight) and start a new one on the same store."""
-    from daemon.ingest import Ingest
-    from daemon.launchers.k8s import K8sLauncher
-    from daemon.scheduler import Daemon
+    from daemon.launchers.k8s.launcher import K8sLauncher
+    from daemon.run.ingest import Ingest
+    from daemon.scheduling.loop import Daemon
 
     started = []
 
@@ -100,7 +100,7 @@ def test_a_restart_between_the_failed_pull_and_the_pre_pull_still_pre_pulls_firs
 def test_a_restart_after_a_failed_pre_pull_waits_out_the_retry_delay(
         cluster, daemon, submit, store, config, clock, restart):
     config.k8s.prepull_retry = 60
-    pulled_before(store, ELSEWHERE)  # a failed pull of it is retried (daemon/retry.py)
+    pulled_before(store, ELSEWHERE)  # a failed pull of it is retried (daemon/launchers/retry.py)
     run_id = submit(image=ELSEWHERE)
     daemon.tick(now=1)
     [prepull] = cluster.names("v1/pods")

@@ -16,13 +16,13 @@ import pytest
 from k8s_emulator import LEASES, NS
 from k8s_support import Clock, tick_until_launched
 
-from daemon import liveness, replicas
-from daemon.ingest import Ingest
-from daemon.k8s.client import K8sConflict
-from daemon.k8s.leader import LeaderElector
-from daemon.launchers.k8s import K8sLauncher
-from daemon.probes import HostReading
-from daemon.scheduler import Daemon
+from daemon.launchers.k8s.client import K8sConflict
+from daemon.launchers.k8s.launcher import K8sLauncher
+from daemon.launchers.k8s.leader import LeaderElector
+from daemon.probes.host_reading import HostReading
+from daemon.run.ingest import Ingest
+from daemon.scheduling import liveness, replicas
+from daemon.scheduling.loop import Daemon
 
 LEASE = "rngdctl-daemon"
 T0 = 1_767_225_600
@@ -148,7 +148,7 @@ def test_a_leader_that_stops_cleanly_hands_the_lease_over_at_once(replica, clust
 
 
 def test_a_stale_resource_version_is_refused_with_409_by_the_emulator(cluster, config):
-    from daemon.k8s.client import K8sClient
+    from daemon.launchers.k8s.client import K8sClient
 
     client, _ = K8sClient.from_config(config.k8s)
     try:

@@ -66,7 +66,7 @@ def test_a_preempted_trainer_without_a_checkpoint_fails_with_the_reason(cluster,
 
 
 def _doctor(config, proc):
-    from daemon.k8s.doctor import run_checks
+    from daemon.launchers.k8s.doctor import run_checks
 
     return {c.name: c for c in run_checks(config, proc=str(proc))}["output volume"]
 

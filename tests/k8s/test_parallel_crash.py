@@ -24,7 +24,7 @@ from k8s_emulator import NODE, NS
 from k8s_support import IMAGE, end_line, publish_agents, start_line, step_line
 
 from daemon import faults
-from daemon.k8s import jobspec
+from daemon.launchers.k8s import jobspec
 from daemon.store import Store
 
 REPO = Path(__file__).resolve().parents[2]

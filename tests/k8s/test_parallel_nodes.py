@@ -13,8 +13,8 @@ import pytest
 from k8s_emulator import NODE, NS
 from k8s_support import IMAGE, publish_agents
 
-from daemon import nodes
-from daemon.holders import HolderRow
+from daemon.gates import nodes
+from daemon.probes.holders import HolderRow
 
 NODE2, NODE3 = "rngd-node-2", "rngd-node-3"
 T0 = 1_767_225_600.0

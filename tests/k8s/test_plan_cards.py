@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon import plan
+from daemon.scheduling import plan
 
 
 def test_the_plan_counts_the_nodes_allocatable_cards_and_the_ones_free_now(cluster, launcher):

@@ -78,7 +78,7 @@ def test_throttling_and_gateway_errors_are_retried_like_500s(cluster, launcher, 
 def test_a_429_waits_as_long_as_the_servers_retry_after(cluster):
     import kmock
 
-    from daemon.k8s.client import K8sClient, connect
+    from daemon.launchers.k8s.client import K8sClient, connect
 
     api, _ = connect()
     slept = []

@@ -6,8 +6,8 @@ from k8s_support import device_holder, step_line, tick_until_launched
 
 
 def _new_launcher(home, store, config, proc):
-    from daemon.ingest import Ingest
-    from daemon.launchers.k8s import K8sLauncher
+    from daemon.launchers.k8s.launcher import K8sLauncher
+    from daemon.run.ingest import Ingest
 
     return K8sLauncher(home=home, store=store, config=config, ingest=Ingest(store), proc=str(proc))
 
@@ -34,7 +34,7 @@ def test_a_restarted_daemon_adopts_the_running_job_and_ingests_on_without_duplic
 
 def test_a_daemon_started_over_a_running_job_adopts_it_and_its_ticks_ingest_on(
         cluster, daemon, submit, home, store, config, proc):
-    from daemon.scheduler import Daemon
+    from daemon.scheduling.loop import Daemon
 
     run_id = submit()
     now = tick_until_launched(daemon, store, run_id, 1)

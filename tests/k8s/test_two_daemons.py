@@ -26,8 +26,8 @@ import pytest
 from k8s_emulator import LEASES, NODE, NS
 from k8s_support import IMAGE, end_line, start_line, step_line
 
-from daemon import replicas
-from daemon.k8s import jobspec
+from daemon.launchers.k8s import jobspec
+from daemon.scheduling import replicas
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE = "rngdctl-daemon"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.gates import ClusterReading
+from daemon.gates.rules import ClusterReading
 from daemon.launchers.base import REQUEUE, Outcome
 
 
@@ -46,8 +46,8 @@ class ScriptedLauncher:
 @pytest.fixture
 def daemon(home, store):
     """The real scheduler over a scripted launcher on an idle host; tick(now=...) drives it."""
-    from daemon.probes import HostReading
-    from daemon.scheduler import Daemon
+    from daemon.probes.host_reading import HostReading
+    from daemon.scheduling.loop import Daemon
 
     d = Daemon(home, store, home.config(), ScriptedLauncher(),
                probe=lambda: HostReading(0.0, (1.0, 1.0, 1.0), (), True))
@@ -73,7 +73,7 @@ def cli(home):
 def start_daemon(home, store):
     """Start real schedulers on the home's store, closed at the end of the test:
     start_daemon(config, launcher, probe, **Daemon keywords)."""
-    from daemon.scheduler import Daemon
+    from daemon.scheduling.loop import Daemon
 
     started = []
 

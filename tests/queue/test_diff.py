@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from daemon.compare import diff_runs
-from daemon.ingest import Ingest
-from daemon.runspec import validate
+from daemon.run.diff import diff_runs
+from daemon.run.ingest import Ingest
+from daemon.run.spec import validate
 from trainer import records
 
 

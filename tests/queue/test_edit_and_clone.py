@@ -7,8 +7,8 @@ import json
 import pytest
 
 from daemon.errors import BadInput
-from daemon.queueing import clone_run, edit_run
-from daemon.runspec import validate
+from daemon.run.spec import validate
+from daemon.scheduling.queueing import clone_run, edit_run
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from daemon import stepmodel
-from daemon.estimate import queue_estimates, record_estimates
-from daemon.ingest import Ingest
-from daemon.runspec import validate
+from daemon.run.ingest import Ingest
+from daemon.run.spec import validate
+from daemon.scheduling.estimate import queue_estimates, record_estimates
 from trainer import records
 
 
@@ -138,7 +138,7 @@ def test_a_median_the_caller_already_keeps_stands_for_the_active_runs_own(store)
 
 
 def test_a_queue_that_cannot_be_estimated_is_not_walked_again_until_something_changes(store):
-    from daemon.estimate import EstimateRecorder
+    from daemon.scheduling.estimate import EstimateRecorder
 
     run = _queued(store)  # no baseline for its model yet: no estimate
     recorder = EstimateRecorder()
@@ -153,7 +153,7 @@ def test_a_queue_that_cannot_be_estimated_is_not_walked_again_until_something_ch
 
 
 def test_a_held_run_gets_its_estimate_on_the_tick_after_it_is_released(store):
-    from daemon.estimate import EstimateRecorder
+    from daemon.scheduling.estimate import EstimateRecorder
 
     _baseline(store)
     run = _queued(store)
@@ -169,8 +169,8 @@ def test_a_held_run_gets_its_estimate_on_the_tick_after_it_is_released(store):
 
 
 def test_an_edited_config_is_estimated_again(store):
-    from daemon.estimate import EstimateRecorder
-    from daemon.queueing import edit_run
+    from daemon.scheduling.estimate import EstimateRecorder
+    from daemon.scheduling.queueing import edit_run
 
     _baseline(store)
     run = _queued(store, model="tiny-qwen2")  # no baseline for this model

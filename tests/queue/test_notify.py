@@ -18,7 +18,7 @@ import pytest
 
 from daemon.home import parse_config
 from daemon.launchers.base import Outcome
-from daemon.probes import HostReading
+from daemon.probes.host_reading import HostReading
 from tests.queue.conftest import ScriptedLauncher
 
 CONFIG = {"cards": 1, "resident": 0, "steps": 5}
@@ -146,8 +146,8 @@ def test_a_failure_tells_the_notifier_the_first_line_of_the_reason(make_daemon, 
 
 def test_the_median_step_time_and_the_note_reach_the_notifier_at_the_end(
         make_daemon, home, store, recorder):
-    from daemon.ingest import Ingest
-    from daemon.runspec import validate
+    from daemon.run.ingest import Ingest
+    from daemon.run.spec import validate
     from rngdctl.commands.daemon import _note_writer
     from trainer import records
 

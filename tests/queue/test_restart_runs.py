@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from daemon.queueing import restart_runs
+from daemon.scheduling.queueing import restart_runs
 
 CONFIG = {"cards": 1, "resident": 0, "steps": 5}
 

@@ -8,7 +8,7 @@ import pytest
 
 from daemon.errors import BadInput
 from daemon.home import parse_config
-from daemon.queueing import resume_runs
+from daemon.scheduling.queueing import resume_runs
 
 CONFIG = {"cards": 1, "resident": 0, "steps": 5}
 
@@ -73,14 +73,14 @@ def test_a_bad_checkpoint_failure_setting_is_one_line():
     ({"checkpoint_every": 0}, "--checkpoint-every must be >= 1"),
 ])
 def test_output_options_that_cannot_work_are_refused_at_submit(options, words):
-    from daemon.runspec import validate
+    from daemon.run.spec import validate
 
     with pytest.raises(BadInput, match=words):
         validate({**CONFIG, **options})
 
 
 def test_submit_passes_the_output_options_to_the_trainer(tmp_path):
-    from daemon.runspec import trainer_argv, validate
+    from daemon.run.spec import trainer_argv, validate
 
     config = validate({**CONFIG, "lora": 8, "merge": True, "checkpoint_every": 25,
                        "keep_checkpoints": 3, "eval_split": 0.05, "eval_every": 50})

@@ -1,4 +1,4 @@
-"""Automatic retry (daemon/retry.py): only failures rngdctl recognises as transient.
+"""Automatic retry (daemon/launchers/retry.py): only failures rngdctl recognises as transient.
 
 The rule on its own, then the local launcher with a real child process whose
 card is held at start (the trainer's own words), through the real scheduler.
@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from daemon import retry
 from daemon.home import parse_config
+from daemon.launchers import retry
 
 HELD = "backend furiosa:0: card 0 is held by pid 4242 (python -m trainer train)"
 
@@ -98,9 +98,9 @@ sys.exit(0 if error is None else 2)
 
 @pytest.fixture
 def local_daemon(home, store, tmp_path, start_daemon):
-    from daemon.ingest import Ingest
     from daemon.launchers.local import LocalLauncher
-    from daemon.probes import HostReading
+    from daemon.probes.host_reading import HostReading
+    from daemon.run.ingest import Ingest
 
     def make(script, toml=""):
         fake = tmp_path / "fake-python"

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from daemon.queueing import wait_for_runs
+from daemon.scheduling.queueing import wait_for_runs
 from tests.conftest import REPO
 
 CONFIG = {"cards": 1, "resident": 0, "steps": 5}

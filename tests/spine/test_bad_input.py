@@ -119,7 +119,7 @@ def test_submit_model_and_the_trainer_refuse_exactly_the_same_placements():
                                                (2, 3, False), (1, 4, True), (1, 5, False)])
 def test_submit_refuses_what_model_refuses_for_tiny_llama(cards, resident, ok):
     from daemon.errors import BadInput
-    from daemon.runspec import validate
+    from daemon.run.spec import validate
     from daemon.stepmodel import Shape
 
     by_submit = _refused(validate, {"cards": cards, "resident": resident})

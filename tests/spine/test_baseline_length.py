@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.runspec import baseline_steps, trainer_argv, validate
+from daemon.run.spec import baseline_steps, trainer_argv, validate
 
 
 def baseline_argv(**options) -> str:

@@ -8,11 +8,12 @@ import os
 import pytest
 from smi_fakes import card, fake_binding, set_cards
 
-from daemon import compaction, smi
-from daemon.compaction import DAY
-from daemon.gates import ClusterReading
-from daemon.probes import Holder, HostReading
-from daemon.scheduler import Daemon
+from daemon.gates.rules import ClusterReading
+from daemon.probes import smi
+from daemon.probes.host_reading import Holder, HostReading
+from daemon.scheduling.loop import Daemon
+from daemon.store import compaction
+from daemon.store.compaction import DAY
 
 NOW = 1_800_000_000.0  # a minute boundary
 TRAINER = 4242

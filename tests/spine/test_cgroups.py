@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.cgroups import UNREADABLE, pod_uid, pod_uids, read_pod_uid
+from daemon.probes.cgroups import UNREADABLE, pod_uid, pod_uids, read_pod_uid
 
 UID = "0e7b9b1c-5d2a-4f1e-9c3b-7a6d5e4f3a21"
 UNDERSCORED = UID.replace("-", "_")

@@ -110,7 +110,7 @@ def test_every_command_has_help_with_an_example():
 
 
 def test_submit_knows_exactly_the_models_and_layer_counts_the_trainer_builds():
-    from daemon.runspec import KNOWN_MODELS, MODEL_LAYERS
+    from daemon.run.spec import KNOWN_MODELS, MODEL_LAYERS
     from trainer.models import NAMED
 
     assert set(KNOWN_MODELS) == set(NAMED)

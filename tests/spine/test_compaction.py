@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from daemon import compaction, stats
-from daemon.compaction import DAY, Compactor
+from daemon import stats
+from daemon.store import compaction
+from daemon.store.compaction import DAY, Compactor
 from trainer import records
 
 NOW = 1_800_000_000.0  # a minute boundary
@@ -191,8 +192,8 @@ def test_a_backlog_brings_the_next_compaction_forward(store):
 
 
 def test_the_daemon_tick_compacts_with_the_configured_window(home, store):
-    from daemon.probes import HostReading
-    from daemon.scheduler import Daemon
+    from daemon.probes.host_reading import HostReading
+    from daemon.scheduling.loop import Daemon
     from tests.spine.test_scheduler import ScriptedLauncher
 
     config = home.config()

@@ -16,7 +16,7 @@ import time
 import pytest
 from procs import wait_for
 
-from daemon import liveness
+from daemon.scheduling import liveness
 
 DEVICE = {"name": "device_idle", "reading": 1, "threshold": "0 holders", "verdict": "fail",
           "detail": "pid 6691 python bench.py (kim) holds /dev/rngd/npu0pe0-3"}

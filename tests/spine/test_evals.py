@@ -2,7 +2,7 @@
 
 import math
 
-from daemon.ingest import Ingest
+from daemon.run.ingest import Ingest
 from trainer import records
 
 

@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture
 def logged(store):
     """Daemon-level and run events, an hour apart, as the daemon stores them."""
-    from daemon.runspec import validate
+    from daemon.run.spec import validate
 
     run = store.add_run(validate({"cards": 1, "resident": 4, "steps": 5}), name="first")
     now = time.time()

@@ -1,5 +1,5 @@
-from daemon import gates
-from daemon.probes import Holder, HostReading
+from daemon.gates import rules
+from daemon.probes.host_reading import Holder, HostReading
 
 
 def host(load1=1.0, holders=(), complete=True):
@@ -10,25 +10,25 @@ def host(load1=1.0, holders=(), complete=True):
 KIM = Holder(4121, "kim", "python bench.py", ("/dev/rngd/npu0pe0-3",))
 
 
-NOT_APPLICABLE = gates.ClusterReading()
+NOT_APPLICABLE = rules.ClusterReading()
 
 
 def evaluate(h, cluster=NOT_APPLICABLE, cards=1, active=(), own=()):
-    return {g.name: g for g in gates.evaluate(host=h, cluster=cluster, cards=cards,
+    return {g.name: g for g in rules.evaluate(host=h, cluster=cluster, cards=cards,
                                              active=list(active), load_max=150,
                                              own_pids=set(own))}
 
 
 def test_a_quiet_host_passes_every_gate_and_local_cards_are_not_applicable():
     result = evaluate(host())
-    assert gates.all_pass(list(result.values()))
-    assert result["cards_free"].verdict == gates.NA
-    assert result["image_present"].verdict == gates.NA
+    assert rules.all_pass(list(result.values()))
+    assert result["cards_free"].verdict == rules.NA
+    assert result["image_present"].verdict == rules.NA
 
 
 def test_load_at_the_threshold_blocks():
-    assert evaluate(host(load1=150.0))["host_load"].verdict == gates.FAIL
-    assert evaluate(host(load1=149.9))["host_load"].verdict == gates.PASS
+    assert evaluate(host(load1=150.0))["host_load"].verdict == rules.FAIL
+    assert evaluate(host(load1=149.9))["host_load"].verdict == rules.PASS
 
 
 def test_a_foreign_device_holder_blocks_and_is_named():
@@ -46,7 +46,7 @@ def test_not_being_root_is_said_plainly():
 
 
 def test_too_few_free_cards_or_a_missing_image_block():
-    result = evaluate(host(), gates.ClusterReading(cards_free=1, image_present=False), cards=2)
+    result = evaluate(host(), rules.ClusterReading(cards_free=1, image_present=False), cards=2)
     assert result["cards_free"].blocks and result["image_present"].blocks
 
 

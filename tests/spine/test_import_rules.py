@@ -15,7 +15,7 @@ RULES = {
     "transformers": ["trainer/"],
     "textual": ["rngdctl/tui/"],
     "textual_plotext": ["rngdctl/tui/"],
-    "kubernetes": ["daemon/k8s/"],
+    "kubernetes": ["daemon/launchers/k8s/client.py"],
 }
 
 
@@ -151,3 +151,160 @@ def test_the_layer_rule_sees_an_upward_import_inside_a_function(tmp_path):
     stray = tmp_path / "stray.py"
     stray.write_text("def f():\n    from daemon.store import Store\n    from . import data\n")
     assert project_imports(stray, "trainer.stray") == {"daemon.store", "trainer.data"}
+
+
+# === no import cycles ========================================================
+# A cycle was broken before by an import inside a function (or under TYPE_CHECKING): the
+# graph counts those too, so a cycle is fixed by moving what both sides need, not hidden.
+
+
+def with_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` with the packages an import runs on its way: ``import a.b.c`` runs
+    ``a/__init__.py`` and ``a/b/__init__.py`` first, except those the importer sits in (they
+    are already running). So a module that imports ``daemon.stats.steps`` depends on
+    everything ``daemon/stats/__init__.py`` imports."""
+    out = {}
+    for name, targets in graph.items():
+        out[name] = set()
+        for target in targets:
+            parts = target.split(".")
+            for i in range(1, len(parts) + 1):
+                step = ".".join(parts[:i])
+                if step in graph and step != name and not name.startswith(step + "."):
+                    out[name].add(step)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module of rngdctl/, daemon/ and trainer/ and the project modules it imports."""
+    return with_packages({module_name(p): project_imports(p) for p in SOURCES})
+
+
+def cycles(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of each group of modules that import each other (directly or through others),
+    as ``a -> b -> a`` from the group's first module by name."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while node not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(_shortest_cycle(graph, group) for group in groups)
+
+
+def _shortest_cycle(graph: dict[str, set[str]], group: set[str]) -> str:
+    start = min(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:  # breadth first, inside the group, back to the start
+        following = []
+        for node in frontier:
+            for nxt in sorted(graph[node] & group):
+                if nxt == start:
+                    return " -> ".join([*paths[node], start])
+                if nxt not in paths:
+                    paths[nxt] = [*paths[node], nxt]
+                    following.append(nxt)
+        frontier = following
+    raise AssertionError(f"no cycle back to {start} in {sorted(group)}")
+
+
+def test_no_module_imports_itself_through_others():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_rule_names_a_cycle_and_sees_one_through_a_package():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]
+    # The old plots/statistics knot: the plots read one name of daemon/stats/steps.py, but
+    # that import runs daemon/stats/__init__.py, which imports the seal, which imports the
+    # plots.
+    graph = {"daemon": set(), "daemon.run": set(), "daemon.run.plots": {"daemon.stats.steps"},
+             "daemon.stats": {"daemon.stats.sealed", "daemon.stats.steps"},
+             "daemon.stats.sealed": {"daemon.run.plots", "daemon.stats.steps"},
+             "daemon.stats.steps": set()}
+    assert cycles(graph) == []
+    assert cycles(with_packages(graph)) == [
+        "daemon.run.plots -> daemon.stats -> daemon.stats.sealed -> daemon.run.plots"]
+
+
+def test_the_graph_holds_an_import_inside_a_function_and_under_type_checking(tmp_path):
+    stray = tmp_path / "stray.py"
+    stray.write_text("from typing import TYPE_CHECKING\n"
+                     "if TYPE_CHECKING:\n    from rngdctl.tui.data.predictions import Predicted\n"
+                     "def f():\n    from daemon.stats import seal\n")
+    assert project_imports(stray, "rngdctl.tui.data.reader") == {
+        "rngdctl.tui.data.predictions", "daemon.stats"}
+    assert "daemon.scheduling.plan" in import_graph()["daemon.scheduling.estimate"]  # in a function
+
+
+def test_every_folder_of_modules_is_a_package_that_an_install_ships():
+    # setuptools' find_packages (pyproject.toml) leaves out a folder without __init__.py.
+    folders = {p.parent for p in SOURCES}
+    assert sorted(str(f.relative_to(REPO)) for f in folders
+                  if not (f / "__init__.py").exists()) == []
+
+
+# === one name, one idea ======================================================
+#: File names that repeat across rngdctl/, daemon/ and trainer/, and the folders that may hold
+#: one: the same idea in parallel places. Any other repeated name fails.
+PARALLEL_NAMES = {
+    "__main__.py": {"rngdctl", "trainer"},  # each program's `python -m`
+    "cli.py": {"rngdctl", "trainer"},  # each program's command line
+    "errors.py": {"daemon", "trainer"},  # each side's errors
+    # An idea's store part, its step-model or statistics part, its command, its view data and
+    # its widget.
+    "cards.py": {"daemon/store", "rngdctl/commands", "rngdctl/tui/data", "rngdctl/tui/widgets"},
+    "events.py": {"daemon/store", "rngdctl/commands", "rngdctl/tui/widgets"},
+    "history.py": {"rngdctl/tui/data", "rngdctl/tui/widgets"},
+    "host.py": {"daemon/store", "rngdctl/tui/data"},
+    "queue.py": {"daemon/store", "rngdctl/tui/data", "rngdctl/tui/widgets"},
+    "runs.py": {"daemon/store", "daemon/stepmodel", "rngdctl/commands", "rngdctl/tui/data"},
+    "steps.py": {"daemon/store", "daemon/stats"},
+    # A daemon module and the command or widget over it.
+    "agent.py": {"daemon/launchers/k8s", "rngdctl/commands"},
+    "diff.py": {"daemon/run", "rngdctl/commands"},
+    "doctor.py": {"daemon/launchers/k8s", "rngdctl/commands"},
+    "holders.py": {"daemon/probes", "rngdctl/commands", "rngdctl/tui/widgets"},
+    "nodes.py": {"daemon/gates", "rngdctl/tui/widgets"},
+    "plan.py": {"daemon/scheduling", "rngdctl/commands"},
+    "replicas.py": {"daemon/scheduling", "rngdctl/tui/widgets"},
+}
+
+
+def repeated_names(paths) -> dict[str, list[str]]:
+    """Each file name held by more than one folder, past ``__init__.py`` and the parallel ones
+    in their folders: the folders that hold it."""
+    folders: dict[str, set[str]] = {}
+    for path in paths:
+        folders.setdefault(path.name, set()).add(str(path.parent.relative_to(REPO)))
+    return {name: sorted(where) for name, where in folders.items()
+            if len(where) > 1 and name != "__init__.py"
+            and not where <= PARALLEL_NAMES.get(name, set())}
+
+
+def test_no_two_modules_share_a_name_unless_they_are_one_idea_in_parallel_places():
+    assert repeated_names(SOURCES) == {}
+
+
+def test_the_name_rule_sees_a_repeated_name():
+    stray = [REPO / "daemon/run/plots.py", REPO / "rngdctl/tui/plots.py",
+             REPO / "daemon/run/diff.py", REPO / "rngdctl/commands/diff.py"]
+    assert repeated_names(stray) == {"plots.py": ["daemon/run", "rngdctl/tui"]}

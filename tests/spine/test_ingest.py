@@ -1,4 +1,4 @@
-from daemon.ingest import Ingest
+from daemon.run.ingest import Ingest
 from trainer import records
 
 
@@ -130,19 +130,19 @@ def test_a_local_run_whose_log_holds_hostile_lines_is_read_to_the_end(home, stor
 
 
 def test_ingest_keeps_a_passs_plots_every_few_thousand_steps_and_readers_plot_every_step(store):
-    from daemon import series
+    from daemon.run import plots
 
     run = store.add_run({"cards": 1})
     ingest = Ingest(store)
-    every = series.KEEP_PLOTS_EVERY
+    every = plots.KEEP_PLOTS_EVERY
     kept_at = []
     for first in range(1, 2 * every + 2, 500):  # batches of 500 steps, as a daemon tick reads
         ingest.feed(run, lines(*(step(n, loss=1.0 + (n % 7)) for n in range(first, first + 500))))
         kept_at.append(store.pass_state_steps(run, records.MAIN, "plots"))
         # Between keeps a reader's plots are the kept ones plus the steps since: every step.
-        whole = series.PassPlots()
+        whole = plots.PassPlots()
         whole.read(store, run, records.MAIN)
-        assert series.pass_plots(store, run, records.MAIN).state() == whole.state()
+        assert plots.pass_plots(store, run, records.MAIN).state() == whole.state()
     # Kept once enough steps were stored since the last keep, not after every batch.
     assert kept_at[:4] == [None, None, None, every]
     assert kept_at[-1] == 2 * every and len(set(kept_at)) == 3

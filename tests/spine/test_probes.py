@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.probes import device_holders, read_host
+from daemon.probes.host_reading import device_holders, read_host
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Which daemon replica leads, as `show`, `show --json` and `runs` print it (daemon/replicas.py).
+"""Which daemon replica leads, as `show`, `show --json` and `runs` print it
+(daemon/scheduling/replicas.py).
 
 The rows are what replicas write under leader election (tests/k8s/test_leader.py and
 test_two_daemons.py run real ones); here they are stored directly, at known times.
@@ -10,7 +11,7 @@ import json
 import re
 import time
 
-from daemon import replicas
+from daemon.scheduling import replicas
 
 T0 = 1_767_225_600.0
 TICK = 5.0

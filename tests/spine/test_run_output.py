@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from daemon import output
-from daemon.ingest import Ingest
+from daemon.run import output
+from daemon.run.ingest import Ingest
 from trainer import records
 
 CONFIG = {"cards": 1, "resident": 2, "steps": 130, "model": "tiny-llama"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from daemon.errors import BadInput
-from daemon.runspec import INTERLEAVE_BLOCK, trainer_argv, validate
+from daemon.run.spec import INTERLEAVE_BLOCK, trainer_argv, validate
 
 
 def argv_of(**options) -> list[str]:

@@ -1,10 +1,10 @@
 import pytest
 
 from daemon.errors import DaemonAlreadyRunning, LaunchError
-from daemon.gates import ClusterReading
+from daemon.gates.rules import ClusterReading
 from daemon.launchers.base import REQUEUE, Outcome
-from daemon.probes import HostReading
-from daemon.scheduler import Daemon
+from daemon.probes.host_reading import HostReading
+from daemon.scheduling.loop import Daemon
 from daemon.store import RUNNING
 from trainer import records
 

@@ -2,7 +2,7 @@ import json
 import os
 
 from daemon import stepmodel
-from daemon.ingest import Ingest
+from daemon.run.ingest import Ingest
 from trainer import records
 
 

@@ -3,7 +3,7 @@
 import json
 
 from daemon import stepmodel
-from daemon.ingest import Ingest
+from daemon.run.ingest import Ingest
 from tests.spine.test_show import passes
 
 

@@ -17,7 +17,7 @@ import pytest
 from smi_fakes import card, fake_binding, set_cards
 from smi_sysfs import FakeCard, FakeSysfs, namespaces_usable
 
-from daemon import smi
+from daemon.probes import smi
 
 real = pytest.importorskip("furiosa_smi", reason="furiosa-smi is not installed (make installs "
                                                  "the smi extra)")

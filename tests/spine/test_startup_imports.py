@@ -22,7 +22,7 @@ from trainer import records
 #: modules on first use, and ``shape`` (the placement rule that `submit` checks) is light.
 STEP_MODEL = {"daemon.stepmodel.fit", "daemon.stepmodel.compare", "daemon.stepmodel.pairing",
               "daemon.stepmodel.runs"}
-NOTIFIER = {"daemon.notify"}
+NOTIFIER = {"daemon.scheduling.notify"}
 
 
 def loaded_by(home, *command: str) -> set[str]:
@@ -52,8 +52,8 @@ def queued_run(rngdctl):
 @pytest.fixture
 def measured_run(store):
     """A finished run with a baseline pass and a main pass: `show` gives it a model row."""
-    from daemon.ingest import Ingest
-    from daemon.runspec import validate
+    from daemon.run.ingest import Ingest
+    from daemon.run.spec import validate
 
     run_id = store.add_run(validate({"cards": 1, "resident": 0, "steps": 20, "baseline": True}))
     lines = []

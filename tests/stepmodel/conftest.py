@@ -10,7 +10,7 @@ from trainer import records
 @pytest.fixture
 def recorded_run(store):
     """Stores a run from step records the way ingest does; returns its id."""
-    from daemon.ingest import Ingest
+    from daemon.run.ingest import Ingest
 
     def add(*passes: list, config: dict | None = None, main_config: dict | None = None,
             baseline_config: dict | None = None) -> int:

@@ -6,7 +6,7 @@ import pytest
 from synthetic_logs import KNOWN, SPREAD, expected_step_s, make_pass
 
 from daemon import stepmodel
-from daemon.runspec import INTERLEAVE_BLOCK
+from daemon.run.spec import INTERLEAVE_BLOCK
 from trainer import records
 
 #: The cpu default, and the blocks of 5 it replaced: both must hold what is asked here.

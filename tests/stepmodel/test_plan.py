@@ -8,10 +8,11 @@ import pytest
 from click.testing import CliRunner
 from synthetic_logs import KNOWN, expected_step_s, make_pass
 
-from daemon import plan, stepmodel
+from daemon import stepmodel
 from daemon.errors import BadInput
-from daemon.plan import Capacity
-from daemon.probes import Holder, HostReading
+from daemon.probes.host_reading import Holder, HostReading
+from daemon.scheduling import plan
+from daemon.scheduling.plan import Capacity
 from rngdctl.cli import cli
 
 LAYER = 218_112_000  # the synthetic logs' parameters per layer (Llama-3.1-8B's)
@@ -25,7 +26,7 @@ def invoke(home, *args):
 @pytest.fixture
 def small_baseline(store):
     """A 4-layer all-offload baseline of tiny-llama on cpu (synthetic terms, tiny-llama's sizes)."""
-    from daemon.ingest import Ingest
+    from daemon.run.ingest import Ingest
     from trainer import records
 
     def add():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tui_support import NOW, Pane
 
-from daemon.runspec import validate
+from daemon.run.spec import validate
 from rngdctl.tui import app as app_module
 from rngdctl.tui.app import RngdApp
 from rngdctl.tui.notices import notice_of
@@ -133,8 +133,8 @@ def test_in_a_real_terminal_a_failure_rings_its_bell_and_shows_the_toast(home):
 async def test_the_real_schedulers_start_and_failure_ring_the_monitor(home, store, settle,
                                                                      tmp_path):
     from daemon.launchers.base import Outcome
-    from daemon.probes import HostReading
-    from daemon.scheduler import Daemon
+    from daemon.probes.host_reading import HostReading
+    from daemon.scheduling.loop import Daemon
     from tests.queue.conftest import ScriptedLauncher
 
     run_id = store.add_run(validate({"cards": 1, "resident": 0, "steps": 5}), name="e2e",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tui_support import NOW, text_of
 
-from daemon.ingest import Ingest
+from daemon.run.ingest import Ingest
 from rngdctl.tui.data import ViewSource
 from trainer import records
 

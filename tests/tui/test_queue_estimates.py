@@ -7,8 +7,8 @@ import time
 
 from tui_support import NOW, table_rows, text_of
 
-from daemon.estimate import queue_estimates
-from daemon.runspec import validate
+from daemon.run.spec import validate
+from daemon.scheduling.estimate import queue_estimates
 
 
 def _clock(t: float) -> str:

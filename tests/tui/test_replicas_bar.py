@@ -7,7 +7,7 @@ import time
 from textual.geometry import Region
 from tui_support import NOW, T0, text_of
 
-from daemon import replicas
+from daemon.scheduling import replicas
 
 LEADER, STANDBY = "rngdctl-0/4000", "rngdctl-1/31"  # the recorded daemon row's pid is 4000
 

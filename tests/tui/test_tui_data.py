@@ -125,7 +125,7 @@ def test_a_step_stored_after_the_seal_is_plotted_and_in_the_medians(store, ids):
 
 
 def test_a_running_pass_is_first_read_from_the_plots_ingest_kept_not_step_by_step(store, ids):
-    from daemon import series as plots
+    from daemon.run import plots
     from trainer import records
 
     run = ids["r200"]  # running, 130 main steps, none sealed
@@ -164,3 +164,21 @@ def test_points_taken_a_bucket_at_a_time_are_the_points_appended_one_by_one():
         bulk.extend(list(range(i, min(i + k, len(ys)))), ys[i:i + k])
         i += k
     assert bulk.state() == one.state()
+
+
+def test_the_step_time_plot_leaves_out_the_warm_up_steps_as_the_medians_do(store):
+    # The plots take the first steady step from the store (daemon/run/plots.py), the
+    # medians from daemon.stats: both must start at step 6.
+    from daemon.run import plots
+    from daemon.store import STEADY_FIRST
+    from trainer import records
+
+    assert STEADY_FIRST == stats.WARMUP_STEPS + 1
+    run_id = store.add_run({"cards": 1, "resident": 0, "steps": 12}, now=NOW)
+    store.add_steps(run_id, [records.Step("main", n, 2.0, 9.0 if n <= 5 else 2.0, 128, 1e-5,
+                                          time=NOW) for n in range(1, 13)])
+    plot = plots.pass_plots(store, run_id, records.MAIN).time_plot.series()
+
+    steady = stats.steady(store.steps(run_id))
+    assert plot.x == tuple(s["step"] for s in steady) == tuple(range(6, 13))
+    assert 9.0 not in plot.y

@@ -1,5 +1,16 @@
-"""The Kubernetes launcher: card Jobs gated on the node, followed to their end.
+"""All of rngdctl's Kubernetes code: the launcher, its API client, and the node agent.
 
+``client.py`` is the one module that imports the ``kubernetes`` client; this package
+imports nothing, and the modules that turn objects into data and back (``jobspec``,
+``cluster``, ``logs``) import no Kubernetes code, so the gates, the holder probe and
+the light commands read them at no cost. The rest:
+
+- ``state.py``: what the launcher knows between ticks, kept in the store;
+- ``leader.py``: leader election between daemon replicas (one Lease);
+- ``doctor.py``: ``rngdctl doctor``, the checks of the machine and the cluster;
+- ``agent.py``: ``rngdctl agent``, one node's readings published in a ConfigMap.
+
+The Kubernetes launcher: card Jobs gated on the node, followed to their end.
 One class, ``K8sLauncher`` (``launcher.py``: the Launcher protocol and its
 plumbing), built from one module per idea:
 
@@ -9,9 +20,9 @@ plumbing), built from one module per idea:
 - ``outcomes.py``: how an attempt ended: the failure classification (deadline,
   admission, eviction, OOM, exit code, image pull) and the retry verdicts;
 - ``images.py``: the image on the node and the card-less pre-pull pods;
-- ``holders.py``: device holders after a launch (a foreign one deletes the Job),
+- ``foreign_holders.py``: device holders after a launch (a foreign one deletes the Job),
   from this host's /proc or, with agents, the agent of the pod's node;
-- ``agents.py``: every node at once from the node agents' readings.
+- ``agent_readings.py``: every node at once from the node agents' readings.
 
 Per tick (see docs/design.md, "Kubernetes launcher"):
 
@@ -23,9 +34,9 @@ Per tick (see docs/design.md, "Kubernetes launcher"):
   number of runs; ``follow`` reads each started pod's new log lines (1 call a
   pod), ingests them, and ends the run from the pod's state.
 - An image-pull error deletes the Job in the same tick (the cards come back
-  at once) and marks the image missing; when ``daemon/retry.py`` takes the
-  failure as transient (the image was pulled before) the run is requeued and
-  the next gate check pre-pulls it, else it fails now, saying why. A pre-pull
+  at once) and marks the image missing; when ``daemon/launchers/retry.py``
+  takes the failure as transient (the image was pulled before) the run is
+  requeued and the next gate check pre-pulls it, else it fails now, saying why. A pre-pull
   pod that cannot pull (a pull error, a failed pod, or no pull within
   ``prepull_timeout``) is deleted and, by the same rule, tried again after
   ``prepull_retry``. Each Job launched and each failed pre-pull is one try of
@@ -36,11 +47,6 @@ The Job's name, the log cursor (``log_since``, ``log_offset``), node and
 image digest live in the run's row, so a restarted daemon adopts the Job and
 resumes the log where it stopped. Everything else the launcher knows between
 ticks (an image missing, a pre-pull in progress, a compile's digest, ...)
-lives in the store too, through ``daemon.k8s.state``: a daemon restarted at
-any instant acts on what the old one knew.
+lives in the store too, through ``state.py``: a daemon restarted at any
+instant acts on what the old one knew.
 """
-
-from daemon.launchers.k8s.launcher import K8sLauncher
-from daemon.launchers.k8s.outcomes import TAIL_LINES
-
-__all__ = ["TAIL_LINES", "K8sLauncher"]

@@ -20,11 +20,11 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from daemon import nodes
-from daemon.k8s import cluster, jobspec
-from daemon.k8s.client import K8sRejected
-from daemon.k8s.logs import LogCursor
+from daemon.gates import nodes
 from daemon.launchers.base import Outcome
+from daemon.launchers.k8s import cluster, jobspec
+from daemon.launchers.k8s.client import K8sRejected
+from daemon.launchers.k8s.logs import LogCursor
 from daemon.store import CANCELLED, DONE, FAILED
 
 #: Our Jobs and pods (pre-pull pods too: they carry no run's Job label, and are left out).

@@ -1,13 +1,13 @@
 """The run's image on the node: listed, pulled by our card-less pre-pull pod, or failing,
-kept in the store (daemon/k8s/state.py) so a restarted daemon knows it too."""
+kept in the store (daemon/launchers/k8s/state.py) so a restarted daemon knows it too."""
 
 from __future__ import annotations
 
 import logging
 
-from daemon import retry
-from daemon.k8s import cluster, jobspec
-from daemon.k8s.client import K8sConflict, K8sError, K8sRejected, K8sUnavailable
+from daemon.launchers import retry
+from daemon.launchers.k8s import cluster, jobspec
+from daemon.launchers.k8s.client import K8sConflict, K8sError, K8sRejected, K8sUnavailable
 from daemon.store import FAILED
 
 log = logging.getLogger("rngdctl.k8s")

@@ -1,13 +1,13 @@
 """The Job's life: created (or adopted after a restart), found by label, deleted, and the
-card Job started once a compile Job succeeded. The manifest itself is daemon/k8s/jobspec.py."""
+card Job started once a compile Job succeeded. The manifest itself is ``jobspec.py``."""
 
 from __future__ import annotations
 
 from daemon.errors import LaunchError
-from daemon.k8s import cluster, jobspec
-from daemon.k8s.client import K8sConflict
 from daemon.launchers.base import Outcome
-from daemon.runspec import trainer_argv
+from daemon.launchers.k8s import cluster, jobspec
+from daemon.launchers.k8s.client import K8sConflict
+from daemon.run.spec import trainer_argv
 
 
 class JobsMixin:

@@ -9,19 +9,19 @@ import time
 
 from daemon import faults
 from daemon.errors import ConfigError, LaunchError
-from daemon.gates import ClusterReading
+from daemon.gates.rules import ClusterReading
 from daemon.home import Config, Home
-from daemon.ingest import Ingest
-from daemon.k8s import cluster, jobspec
-from daemon.k8s.client import K8sClient, K8sError, K8sRejected, K8sUnavailable
-from daemon.k8s.state import LauncherState
 from daemon.launchers.base import REQUEUE, Outcome
-from daemon.launchers.k8s.agents import AgentsMixin
+from daemon.launchers.k8s import cluster, jobspec
+from daemon.launchers.k8s.agent_readings import AgentsMixin
+from daemon.launchers.k8s.client import K8sClient, K8sError, K8sRejected, K8sUnavailable
 from daemon.launchers.k8s.following import FollowMixin
-from daemon.launchers.k8s.holders import HoldersMixin
+from daemon.launchers.k8s.foreign_holders import HoldersMixin
 from daemon.launchers.k8s.images import ImagesMixin
 from daemon.launchers.k8s.jobs import JobsMixin
 from daemon.launchers.k8s.outcomes import OutcomesMixin
+from daemon.launchers.k8s.state import LauncherState
+from daemon.run.ingest import Ingest
 from daemon.store import CANCELLED, FAILED, Store
 
 log = logging.getLogger("rngdctl.k8s")
@@ -44,7 +44,7 @@ class K8sLauncher(FollowMixin, OutcomesMixin, JobsMixin, ImagesMixin, HoldersMix
         self._client = client
         if client is not None and client.on_event is None:
             client.on_event = self._api_event
-        # Every fact carried from tick to tick is in the store (see daemon/k8s/state.py).
+        # Every fact carried from tick to tick is in the store (see daemon/launchers/k8s/state.py).
         # What stays in memory is not such a fact: the node (the config, or one read
         # of the API), whether this process is the daemon, and which run the API
         # calls in progress are for (for the client's retry events).

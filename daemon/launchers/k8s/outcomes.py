@@ -1,13 +1,13 @@
 """How an attempt ended: the pod's and the Job's state as an Outcome, and the retry
-verdicts (daemon/retry.py) for the failures that may be transient."""
+verdicts (daemon/launchers/retry.py) for the failures that may be transient."""
 
 from __future__ import annotations
 
 import logging
 
-from daemon import retry
-from daemon.k8s import cluster, jobspec
+from daemon.launchers import retry
 from daemon.launchers.base import REQUEUE, Outcome
+from daemon.launchers.k8s import cluster, jobspec
 from daemon.store import DONE, FAILED, OOM, TIMEOUT
 from trainer import records
 
@@ -77,7 +77,7 @@ class OutcomesMixin:
 
     def _preempted(self, run: dict, end: dict, code: int | None) -> Outcome:
         """A SIGTERM that was not ours (the pod showed no eviction) stopped the trainer after
-        a checkpoint: the next try goes on from it (daemon/retry.py ``preempted``)."""
+        a checkpoint: the next try goes on from it (daemon/launchers/retry.py ``preempted``)."""
         reason = "stopped by a SIGTERM that rngdctl did not send" + (
             f"; checkpoint {end['checkpoint']} kept" if end.get("checkpoint") else "")
         verdict = retry.decide(retry.PREEMPTED if end.get("checkpoint") else None,
@@ -138,7 +138,7 @@ class OutcomesMixin:
 
     def _pull_verdict(self, run: dict, node: str, image: str, kubelet: str | None,
                       tries: int, *, timed_out: bool = False) -> retry.Verdict:
-        """Retry a failed pull? Only of an image pulled before (daemon/retry.py)."""
+        """Retry a failed pull? Only of an image pulled before (daemon/launchers/retry.py)."""
         if timed_out:
             transient, evidence = True, "the pull ran out of time; nothing refused the image"
         else:

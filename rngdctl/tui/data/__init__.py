@@ -24,12 +24,12 @@ between refreshes):
 
 from __future__ import annotations
 
-from daemon import liveness
-from daemon import replicas as replicas_mod
+from daemon.scheduling import liveness
+from daemon.scheduling import replicas as replicas_mod
 from rngdctl.tui.data.cards import CARDS_WINDOW_S, CardViews
 from rngdctl.tui.data.history import HISTORY_LIMIT, HistoryViews
 from rngdctl.tui.data.host import DAEMON_EVENTS, HostViews
-from rngdctl.tui.data.predictions import COMPARE_EVERY_S, Predicted, predict_run
+from rngdctl.tui.data.predictions import COMPARE_EVERY_S, predict_run
 from rngdctl.tui.data.queue import ESTIMATE_EVERY_S, LOAD_WINDOW_S, QueueViews
 from rngdctl.tui.data.runs import EVENTS_LIMIT, RunViews
 from rngdctl.tui.data.text import (
@@ -51,6 +51,7 @@ from rngdctl.tui.data.views import (
     GatesView,
     HistoryRow,
     HolderRow,
+    Predicted,
     QueueRow,
     RunView,
     Snapshot,

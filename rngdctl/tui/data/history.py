@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from daemon import stats, stepmodel
-from daemon.series import SERIES_CHUNK
+from daemon.run.plots import SERIES_CHUNK
 from daemon.store import FINISHED
 from rngdctl.tui.data.predictions import Predictions
 from rngdctl.tui.data.text import _int, run_label

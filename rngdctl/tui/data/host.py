@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from daemon import holders as holders_mod
-from daemon import liveness
+from daemon.probes import holders as holders_mod
+from daemon.scheduling import liveness
 from rngdctl.tui.data.reader import Reader
 from rngdctl.tui.data.views import DaemonView, EventRow, HolderRow
 from rngdctl.tui.notices import NOTIFY, Notice, notice_of

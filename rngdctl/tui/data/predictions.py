@@ -3,23 +3,14 @@ and read again only as often as they can change."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from daemon import stepmodel
 from daemon.errors import RngdctlError
 from daemon.store import ACTIVE, Store
 from rngdctl.tui.data.reader import Reader
+from rngdctl.tui.data.views import Predicted
 
 #: Seconds between two readings of the step model's comparison of a running run.
 COMPARE_EVERY_S = 10.0
-
-
-@dataclass(frozen=True)
-class Predicted:
-    """The step model's prediction for a run's main pass."""
-
-    step_s: float
-    phases: dict  # phase -> predicted seconds
 
 
 def predict_run(store: Store, run_id: int, last_main_step: dict) -> Predicted | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daemon.errors import RngdctlError
-from daemon.gates import NODES, node_verdicts
+from daemon.gates.rules import NODES, node_verdicts
 from daemon.store import ACTIVE
 from rngdctl.tui.data.reader import Reader
 from rngdctl.tui.data.text import _int, _text, run_label
@@ -88,8 +88,9 @@ class QueueViews(Reader):
         )
 
     def estimates(self, queue: list[dict], now: float, medians: dict | None = None) -> dict:
-        """``daemon.estimate.queue_estimates`` by run id: again when the queue or the active run
-        changed, else at most every ESTIMATE_EVERY_S (it fits the step model per queued run)."""
+        """``daemon.scheduling.estimate.queue_estimates`` by run id: again when the queue or
+        the active run changed, else at most every ESTIMATE_EVERY_S (it fits the step model
+        per queued run)."""
         if not queue:
             return {}
         key = (tuple((r["id"], r["held"], repr(r["config"])) for r in queue),
@@ -97,7 +98,7 @@ class QueueViews(Reader):
         cached = self._estimated
         if cached and cached[1] == key and now - cached[0] < ESTIMATE_EVERY_S:
             return cached[2]
-        from daemon.estimate import queue_estimates
+        from daemon.scheduling.estimate import queue_estimates
 
         try:
             value = {e.run_id: e for e in queue_estimates(self.store, now, medians=medians)}

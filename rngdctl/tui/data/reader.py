@@ -6,15 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from daemon.output import RunOutput
+from daemon.run.output import RunOutput
 from daemon.store import Store
-from rngdctl.tui.data.views import HistoryRow
+from rngdctl.tui.data.views import HistoryRow, Predicted
 from rngdctl.tui.series import PLOT_BUCKETS, HeldOutSeries, LossCurve, PassSeries
-
-if TYPE_CHECKING:  # the step model's part builds on this one
-    from rngdctl.tui.data.predictions import Predicted
 
 
 class Reader:
@@ -37,5 +33,5 @@ class Reader:
         self._event_cursor: int | None = None
         self._curves: dict[int, LossCurve] = {}
         self._held_out: dict[tuple[int, str], HeldOutSeries] = {}
-        #: A run's output (daemon/output.py), and the store's newest event id when it was read.
+        #: A run's output (daemon/run/output.py), and the store's newest event id when it was read.
         self._outputs: dict[int, tuple[int, RunOutput]] = {}

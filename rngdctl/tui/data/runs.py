@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon import output, runspec, stats, stepmodel
+from daemon import stats, stepmodel
+from daemon.run import output
+from daemon.run.spec import baseline_steps
 from daemon.store import ACTIVE, FINISHED
 from rngdctl.tui.data.predictions import Predictions, _top_terms
 from rngdctl.tui.data.text import _int
@@ -37,7 +39,7 @@ class RunViews(Predictions):
 
     def _first_read(self, run_id: int, label: str) -> PassSeries:
         """The pass's stored plots: sealed when the run ended (``stats.seal``), else kept at
-        ingest (``series.keep_plots``); one row for a run of any length. Empty plots where
+        ingest (``plots.keep_plots``); one row for a run of any length. Empty plots where
         neither is stored."""
         series = PassSeries(self.buckets)
         sealed = self.store.sealed_aggregates(run_id).get(f"plots:{label}")
@@ -141,6 +143,6 @@ class RunViews(Predictions):
 def _baseline_steps(config: dict) -> int | None:
     """The baseline pass's steps by submit's rule; None for a config that cannot say."""
     try:
-        return runspec.baseline_steps(config)
+        return baseline_steps(config)
     except (KeyError, TypeError, ValueError):
         return None

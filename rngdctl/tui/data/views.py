@@ -1,4 +1,5 @@
-"""The view model: the frozen plain data a refresh hands the app (``Snapshot`` and its parts).
+"""The view model: the frozen plain data a refresh hands the app (``Snapshot`` and its parts),
+and the step model's prediction (``Predicted``) that the parts' model figures come from.
 
 No Textual and no store in it: the widgets only copy these numbers into the screen.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from daemon import replicas as replicas_mod
+from daemon.scheduling import replicas as replicas_mod
 from rngdctl.tui.notices import Notice
 from rngdctl.tui.series import Series
 
@@ -15,7 +16,7 @@ from rngdctl.tui.series import Series
 @dataclass(frozen=True)
 class DaemonView:
     """``state``: alive; down (killed or hung: no heartbeat for three ticks, or its pid is
-    gone); stopped; or never (no daemon ran here). See daemon/liveness.py."""
+    gone); stopped; or never (no daemon ran here). See daemon/scheduling/liveness.py."""
 
     state: str
     pid: int | None = None
@@ -68,10 +69,18 @@ class QueueRow:
     baseline: bool
     age: float
     #: Estimated start and end (epoch seconds; None: no estimate) and what they rest on,
-    #: or why there is none (daemon/estimate.py).
+    #: or why there is none (daemon/scheduling/estimate.py).
     start: float | None = None
     end: float | None = None
     basis: str = ""
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The step model's prediction for a run's main pass."""
+
+    step_s: float
+    phases: dict  # phase -> predicted seconds
 
 
 @dataclass(frozen=True)
@@ -102,7 +111,7 @@ class RunView:
     #: term moved beyond the passes' spread, the sentence saying the host changed.
     error_terms: str | None = None
     host_notice: str | None = None
-    #: The run's output (daemon/output.py): its model folder in words, how often it
+    #: The run's output (daemon/run/output.py): its model folder in words, how often it
     #: resumed and what that cost; the held-out losses (eval records) and the newest.
     output: str | None = None
     resumes: str | None = None
@@ -188,5 +197,5 @@ class Snapshot:
     daemon_events: tuple[EventRow, ...] = ()
     #: What to ring the bell for: the `notify` events stored since the last refresh.
     notices: tuple[Notice, ...] = ()
-    #: Under leader election: which replica leads, and the standbys (daemon/replicas.py).
+    #: Under leader election: which replica leads, and the standbys (daemon/scheduling/replicas.py).
     replicas: replicas_mod.Replicas = field(default_factory=replicas_mod.Replicas)

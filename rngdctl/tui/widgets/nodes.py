@@ -9,7 +9,7 @@ from textual.widgets import Static
 from rngdctl.tui.data import GatesView
 from rngdctl.tui.widgets._update import update_if_changed
 
-#: The end of a node's verdict when every gate passes there (daemon/nodes.py verdict).
+#: The end of a node's verdict when every gate passes there (daemon/gates/nodes.py verdict).
 WOULD_LAUNCH = "→ would launch"
 
 

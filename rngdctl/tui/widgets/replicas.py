@@ -6,10 +6,10 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from daemon.replicas import Replicas
+from daemon.scheduling.replicas import Replicas
 from rngdctl.tui.widgets._update import update_if_changed
 
-#: Styles of the line's pieces, by kind (daemon/replicas.py ``Replicas.segments``).
+#: Styles of the line's pieces, by kind (daemon/scheduling/replicas.py ``Replicas.segments``).
 STYLES = {"leader": "bold green", "standby": "bold", "silent": "bold red"}
 
 

@@ -51,7 +51,7 @@ class SubmitScreen(ModalScreen[dict | None]):
     BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "dismiss(None)", "Close")]
 
     def compose(self) -> ComposeResult:
-        from daemon.runspec import DEFAULTS
+        from daemon.run.spec import DEFAULTS
 
         with Vertical(id="submit-box", classes="dialog"):
             yield Static("submit a run", classes="dialog-title")
@@ -82,7 +82,7 @@ class SubmitScreen(ModalScreen[dict | None]):
     @on(Button.Pressed, "#submit")
     @on(Input.Submitted)
     def submit_form(self) -> None:
-        from daemon.runspec import validate
+        from daemon.run.spec import validate
 
         error = self.query_one("#submit-error", Static)
         try:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from daemon.home import Config
-from daemon.k8s import cluster as readings
-from daemon.k8s.jobspec import CARD_RESOURCES
+from daemon.launchers.k8s import cluster as readings
+from daemon.launchers.k8s.jobspec import CARD_RESOURCES
 
 #: (verb, resource, subresource, group, namespaced): what the daemon does.
 PERMISSIONS = [
@@ -24,7 +24,7 @@ PERMISSIONS = [
     ("list", "pods", None, "", False),  # pods of every namespace on the node: cards in use
     ("list", "configmaps", None, "", True),  # the node agents' readings
     ("get", "persistentvolumeclaims", None, "", True),  # [k8s] output_volume exists
-    # Leader election between replicas (daemon/k8s/leader.py): create the Lease, and
+    # Leader election between replicas (daemon/launchers/k8s/leader.py): create the Lease, and
     # get/update only the one named [k8s] lease_name (RBAC resourceNames).
     *[(verb, "leases", None, "coordination.k8s.io", True) for verb in ("get", "create",
                                                                       "update")],
@@ -53,8 +53,8 @@ class Check:
 
 def run_checks(config: Config, *, proc: str = "/proc", agent: bool = False) -> list[Check]:
     """Every check, in order; never raises for a cluster problem."""
-    from daemon.k8s.client import K8sClient, K8sError
-    from daemon.probes import read_host
+    from daemon.launchers.k8s.client import K8sClient, K8sError
+    from daemon.probes.host_reading import read_host
 
     k8s = config.k8s
     checks: list[Check] = []
@@ -90,7 +90,7 @@ def run_checks(config: Config, *, proc: str = "/proc", agent: bool = False) -> l
 
 
 def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> list[Check]:
-    from daemon.k8s.client import K8sError
+    from daemon.launchers.k8s.client import K8sError
 
     k8s = config.k8s
     out: list[Check] = []
@@ -158,7 +158,7 @@ def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> 
 
 def _output_check(client, k8s) -> Check:
     """The claim a run's model and checkpoints go to (issue 26)."""
-    from daemon.k8s.client import K8sError
+    from daemon.launchers.k8s.client import K8sError
 
     fix = ("kubectl apply -f deploy/output-pvc.yaml, then set [k8s] output_volume = "
            "\"rngdctl-output\" in config.toml")

@@ -20,17 +20,17 @@ import time
 from dataclasses import dataclass
 
 from daemon import faults, stats
-from daemon import gates as gates_mod
-from daemon import holders as holders_mod
-from daemon.cards import CardSampler
-from daemon.compaction import Compactor
 from daemon.errors import DaemonAlreadyRunning, LaunchError
-from daemon.estimate import EstimateRecorder
+from daemon.gates import rules
 from daemon.home import Config, Home
 from daemon.launchers.base import REQUEUE, Launcher, Outcome
-from daemon.notify import Notifications
-from daemon.probes import HostReading, read_host
+from daemon.probes import holders as holders_mod
+from daemon.probes.card_sampler import CardSampler
+from daemon.probes.host_reading import HostReading, read_host
+from daemon.scheduling.estimate import EstimateRecorder
+from daemon.scheduling.notify import Notifications
 from daemon.store import FAILED, FINISHED, Store
+from daemon.store.compaction import Compactor
 
 log = logging.getLogger("rngdctl.daemon")
 
@@ -100,14 +100,15 @@ class Daemon:
         self.cards = CardSampler(store, every=config.daemon.card_sample_s, reader=card_reader)
         self._to_seal: list[int] = []  # finished runs left unsealed, sealed one per tick
         self._estimates = EstimateRecorder()
-        #: ``daemon.k8s.leader.LeaderElector`` when replicas take turns; None: the only one.
+        #: ``daemon.launchers.k8s.leader.LeaderElector`` when replicas take turns; None: the
+        #: only one.
         self.leader = leader
         self._active = False  # this process leads: holds the home's lock, owns the daemon row
 
         # write_note(store, run_id, folder) -> path: the CLI's, so the daemon imports no note code.
         self.notifications = Notifications(store, config.notify, open_store=lambda: Store(
             store.path), run_dir=home.run_dir, write_note=write_note, clock=clock)
-    # === leader election (daemon/k8s/leader.py) ==============================
+    # === leader election (daemon/launchers/k8s/leader.py) ==============================
 
     def _lead(self, now: float) -> bool:
         """Whether this replica acts this tick; takes over as the Lease allows."""
@@ -291,9 +292,9 @@ class Daemon:
         return result
 
     def _sample_cards(self, now: float, rows, active: list[dict], *, agents: bool) -> None:
-        """The cards' readings every card_sample_s (daemon/cards.py): this host's before the
-        gate check, which reads them; with node agents the agents', after it (the gate
-        check's list of them serves, when it made one)."""
+        """The cards' readings every card_sample_s (daemon/probes/card_sampler.py): this
+        host's before the gate check, which reads them; with node agents the agents', after
+        it (the gate check's list of them serves, when it made one)."""
         if not self.cards.due(now) or agents != getattr(self.launcher, "uses_agents", False):
             return
         try:
@@ -402,13 +403,13 @@ class Daemon:
         cluster = self.launcher.cluster_reading(head)
         if (head["id"], cluster.node) != self._head_id:
             self._head_id, self._passes_in_row = (head["id"], cluster.node), 0
-        gates = gates_mod.evaluate(host=host, cluster=cluster, cards=int(head["config"]["cards"]),
-                                   active=self.store.active_runs(),
-                                   load_max=self.config.gates.load_max,
-                                   own_pids=self.launcher.own_pids(), holders=rows,
-                                   card_reading=self.cards.current(now),
-                                   max_temp_c=self.config.gates.max_temp_c)
-        passed = gates_mod.all_pass(gates)
+        gates = rules.evaluate(host=host, cluster=cluster, cards=int(head["config"]["cards"]),
+                               active=self.store.active_runs(),
+                               load_max=self.config.gates.load_max,
+                               own_pids=self.launcher.own_pids(), holders=rows,
+                               card_reading=self.cards.current(now),
+                               max_temp_c=self.config.gates.max_temp_c)
+        passed = rules.all_pass(gates)
         self._passes_in_row = self._passes_in_row + 1 if passed else 0
         blocked_since = self.store.blocked_since(head["id"]) if passed else None
         self.store.add_gate_check(head["id"], [g.as_dict() for g in gates], passed, now=now)
@@ -422,7 +423,7 @@ class Daemon:
         if outcome.status == REQUEUE:
             self.store.requeue(run["id"])
             self.store.add_event(run["id"], "requeue", outcome.reason or "requeued", now=now)
-            if outcome.retry is not None:  # an automatic retry (daemon/retry.py)
+            if outcome.retry is not None:  # an automatic retry (daemon/launchers/retry.py)
                 self.store.add_event(run["id"], "retry", outcome.retry["message"],
                                      data=outcome.retry["data"], now=now)
             return
@@ -443,7 +444,7 @@ class Daemon:
             self._notify("ended", run, run["status"], run.get("exit_reason"), now)
 
     def _notify(self, moment: str, *args, **kwargs) -> None:
-        """Tell the notifications a moment (daemon/notify.py); never fails the tick."""
+        """Tell the notifications a moment (daemon/scheduling/notify.py); never fails the tick."""
         try:
             getattr(self.notifications, moment)(*args, **kwargs)
         except Exception:  # a notice is advice: it must never stop a launch or a record

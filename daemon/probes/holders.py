@@ -1,7 +1,7 @@
 """Who holds which card: device holders joined to their pods, Jobs and runs.
 
 ``correlate`` is pure: it takes the holders the probe found, each holder's pod
-UID (``daemon.cgroups``), the pods bound to the node (one list call, made by
+UID (``daemon.probes.cgroups``), the pods bound to the node (one list call, made by
 the caller) and the memory of when each card pod was first seen idle, and
 returns one row per holder plus one per phantom pod:
 
@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from daemon import cgroups
-from daemon.cgroups import UNREADABLE
-from daemon.k8s import cluster, jobspec
-from daemon.probes import HostReading
+from daemon.launchers.k8s import cluster, jobspec
+from daemon.probes import cgroups
+from daemon.probes.cgroups import UNREADABLE
+from daemon.probes.host_reading import HostReading
 
 #: Seconds a card pod may hold no device file before it is reported as a phantom.
 PHANTOM_AFTER = 600.0
@@ -166,7 +166,7 @@ def correlate(host: HostReading, *, node: str | None, pods: list[dict] | None,
 
     ``pods``: the pods bound to ``node``, or None without Kubernetes (or when
     the API did not answer: ``api_note`` says why). ``uids``: pid -> pod UID
-    from ``daemon.cgroups.pod_uids``. ``idle_since``: the returned memory of
+    from ``daemon.probes.cgroups.pod_uids``. ``idle_since``: the returned memory of
     the previous call. Phantoms are reported only from a complete reading:
     a pod whose processes could not be inspected is not known to be idle.
     """

@@ -3,10 +3,10 @@ of list calls per tick, a verdict per node, and the node the head of the queue g
 
 from __future__ import annotations
 
-from daemon import nodes
-from daemon.gates import ClusterReading
-from daemon.k8s import jobspec
-from daemon.k8s.client import K8sRejected, K8sUnavailable
+from daemon.gates import nodes
+from daemon.gates.rules import ClusterReading
+from daemon.launchers.k8s import jobspec
+from daemon.launchers.k8s.client import K8sRejected, K8sUnavailable
 
 
 class AgentsMixin:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from daemon import smi
-from daemon.holders import describe as describe_holder
-from daemon.probes import HostReading
+from daemon.probes import smi
+from daemon.probes.holders import describe as describe_holder
+from daemon.probes.host_reading import HostReading
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
 
@@ -19,7 +19,7 @@ PASS, FAIL, NA = "pass", "fail", "n/a"
 HOST_LOAD, DEVICE_IDLE, CARD_HEALTH, CARDS_FREE, IMAGE_PRESENT, ONE_AT_A_TIME = (
     "host_load", "device_idle", "card_health", "cards_free", "image_present", "one_at_a_time")
 GATE_NAMES = (HOST_LOAD, DEVICE_IDLE, CARD_HEALTH, CARDS_FREE, IMAGE_PRESENT, ONE_AT_A_TIME)
-#: With node agents (daemon/nodes.py): an informational gate, never blocking. Its reading
+#: With node agents (daemon/gates/nodes.py): an informational gate, never blocking. Its reading
 #: is the node the run would go to (the closest, when every node blocks), its detail
 #: every node's verdict, one line each.
 NODES = "nodes"
@@ -68,7 +68,7 @@ class ClusterReading:
     #: may hold at once (``[k8s] runs_per_node``). None: one run at a time in all.
     node: str | None = None
     per_node: int = 1
-    #: With node agents: the launch node's card reading (daemon/smi.py), from its agent.
+    #: With node agents: the launch node's card reading (daemon/probes/smi.py), from its agent.
     card_reading: smi.CardsReading | None = None
 
 
@@ -164,9 +164,9 @@ def evaluate(*, host: HostReading, cluster: ClusterReading, cards: int, active: 
              max_temp_c: float = 90.0) -> list[Gate]:
     """Every gate for a run that needs ``cards`` cards, in GATE_NAMES order.
 
-    ``holders``: the holder report's rows (``daemon.holders``), so that the
+    ``holders``: the holder report's rows (``daemon.probes.holders``), so that the
     device-idle gate names the pod that holds a card. ``card_reading``: this
-    host's newest card reading (daemon/cards.py), None before the first.
+    host's newest card reading (daemon/probes/card_sampler.py), None before the first.
     """
     where = ""
     if cluster.host is not None:  # the node's agent read it: the daemon may run elsewhere

@@ -22,8 +22,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from daemon import runspec
 from daemon.errors import RngdctlError
+from daemon.run.spec import baseline_steps
 from daemon.store import ACTIVE, DONE
 from trainer.records import MAIN
 
@@ -64,7 +64,8 @@ def extra_text(s: float) -> str:
 
 def predicted_duration(store, run: dict) -> tuple[float | None, str]:
     """Seconds of steps the run's config will take, by the step model, and the basis."""
-    from daemon import plan, stepmodel
+    from daemon import stepmodel
+    from daemon.scheduling import plan
 
     c = run["config"]
     try:
@@ -78,7 +79,7 @@ def predicted_duration(store, run: dict) -> tuple[float | None, str]:
     basis = (f"{c['steps']} steps x {answer.prediction.step_s * 1e3:.1f} ms "
              f"(model, run {base} {answer.baseline.label})")
     if c.get("baseline"):
-        n = runspec.baseline_steps(c)
+        n = baseline_steps(c)
         offload = stepmodel.model_config(store, base, cards=int(c["cards"]), resident=0,
                                          seq_len=c.get("seq_len"), accum=c.get("accum"))
         seconds += offload.prediction.step_s * n

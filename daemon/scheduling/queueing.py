@@ -2,7 +2,7 @@
 
 Library functions behind ``submit --after/--priority``, ``edit``, ``clone``
 and ``wait``; the click commands are thin over them. SQL stays in
-``daemon/store/``; run configs are validated by ``daemon/runspec.py``.
+``daemon/store/``; run configs are validated by ``daemon/run/spec.py``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from daemon.errors import BadInput
-from daemon.runspec import apply_settings, config_diff
+from daemon.run.spec import apply_settings, config_diff
 from daemon.store import CANCELLED, DONE, FAILED, FINISHED, OOM, QUEUED, TIMEOUT
 
 
@@ -33,7 +33,7 @@ def queue_run(store, config: dict, *, after=None, priority: int | None = None,
     """
     if notify is not None:
         # Only here: the notifier's module (threads, subprocesses) costs submit 18 ms to load.
-        from daemon.notify import parse_command
+        from daemon.scheduling.notify import parse_command
 
         parse_command(notify)
     return store.add_run(config, name=config.get("name"), after=resolve_after(store, after),

@@ -4,7 +4,7 @@ resumes and its held-out loss (issue 26).
 ``show``, the TUI, the note and ``diff`` all read it from here; none derives it again.
 
 - The model folder: the newest ``saved`` event's path and format; before one, the folder
-  the run was given (``runspec.output_dir`` under the home's runs folder), not yet
+  the run was given (``spec.output_dir`` under the home's runs folder), not yet
   written, in the format its config will write.
 - The checkpoints: each ``checkpoint`` event's path and step, and whether that folder is
   still on disk where this host can see it (``--keep-checkpoints`` deletes old ones; a
@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from daemon import runspec
+from daemon.run.spec import KNOWN_MODELS, output_dir
 from trainer import records
 
 #: What a ``saved`` event's ``format`` says the folder holds.
@@ -185,7 +185,7 @@ def _model_folder(run: dict, saved: list[dict], runs_dir: Path) -> ModelFolder:
     newest = next((_data(e) for e in reversed(saved) if isinstance(_data(e).get("path"), str)),
                   None)
     if newest is None:
-        path = str(runspec.output_dir(run, runs_dir))
+        path = str(output_dir(run, runs_dir))
         fmt = configured_format(config)
         return ModelFolder(path, False, fmt, _base(fmt, path, {}, config), None,
                            Path(path).is_dir())
@@ -216,7 +216,7 @@ def _base(fmt: str, path: str, saved: dict, config: dict) -> str | None:
         inside = folder / named
         return str(inside) if not Path(named).is_absolute() and inside.is_dir() else named
     model = config.get("model")
-    if model in runspec.KNOWN_MODELS:
+    if model in KNOWN_MODELS:
         return str(folder / NAMED_BASE)
     return str(model) if model else None
 

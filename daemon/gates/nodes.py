@@ -13,8 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from daemon import smi
-from daemon.gates import (
+from daemon.gates.rules import (
     CARDS_FREE,
     DEVICE_IDLE,
     FAIL,
@@ -26,9 +25,10 @@ from daemon.gates import (
     card_health,
     one_at_a_time,
 )
-from daemon.holders import HolderRow, describe
-from daemon.k8s import cluster, jobspec
-from daemon.probes import Holder, HostReading
+from daemon.launchers.k8s import cluster, jobspec
+from daemon.probes import smi
+from daemon.probes.holders import HolderRow, describe
+from daemon.probes.host_reading import Holder, HostReading
 
 #: Gate name: the node's agent has published within SILENT_TICKS of its ticks.
 AGENT = "agent"
@@ -176,7 +176,7 @@ def _idle_gate(state: NodeState, own_runs: set[int]) -> Gate:
 
 
 def agent_cards(agent: AgentReading) -> smi.CardsReading:
-    """An agent's card reading in the reader's form (daemon/smi.py)."""
+    """An agent's card reading in the reader's form (daemon/probes/smi.py)."""
     return smi.CardsReading(cards=agent.cards, why=agent.cards_note)
 
 

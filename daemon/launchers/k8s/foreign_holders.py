@@ -1,5 +1,5 @@
 """Device holders after a launch: until the first step, a process that holds our cards and
-is not our pod's deletes the Job (requeued as a transient failure, daemon/retry.py).
+is not our pod's deletes the Job (requeued as a transient failure, daemon/launchers/retry.py).
 
 Where the holders are read: without node agents, this host's /proc (the daemon
 runs on the one node); with agents, the reading of the agent on the node the
@@ -8,12 +8,14 @@ Job's pod landed on, which names each holder's pod (its cgroup, read there).
 
 from __future__ import annotations
 
-from daemon import cgroups, nodes, retry
 from daemon.errors import ConfigError
-from daemon.k8s import cluster
-from daemon.k8s.client import K8sRejected, K8sUnavailable
+from daemon.gates import nodes
+from daemon.launchers import retry
 from daemon.launchers.base import REQUEUE, Outcome
-from daemon.probes import Holder, read_host
+from daemon.launchers.k8s import cluster
+from daemon.launchers.k8s.client import K8sRejected, K8sUnavailable
+from daemon.probes import cgroups
+from daemon.probes.host_reading import Holder, read_host
 from daemon.store import FAILED
 
 

@@ -117,7 +117,7 @@ def for_home(home, store, now: float | None = None) -> Liveness:
     return read(store.daemon_state(), tick_of(home), now, home=here)
 
 
-#: A replica's role under leader election (daemon/replicas.py reads the rows).
+#: A replica's role under leader election (daemon/scheduling/replicas.py reads the rows).
 LEADER, STANDBY = "leader", "standby"
 
 

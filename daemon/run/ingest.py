@@ -17,7 +17,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
-from daemon import faults, series
+from daemon import faults
+from daemon.run import plots
 from daemon.store import Store
 from trainer import records
 
@@ -64,8 +65,8 @@ class Ingest:
         fed.new_steps = self._steps(run_id, steps, fed)
         fed.new_evals = self._evals(run_id, evals, fed)
         if fed.new_steps:  # the passes' plots follow, so no reader has to read every step
-            series.keep_plots(self.store, run_id, sorted({s.config_label for s, _ in steps}),
-                              every=series.KEEP_PLOTS_EVERY)
+            plots.keep_plots(self.store, run_id, sorted({s.config_label for s, _ in steps}),
+                             every=plots.KEEP_PLOTS_EVERY)
         if fed.new_steps:
             faults.point("after_first_step")  # the steps are stored, the offset is not
         if fed.malformed:

@@ -31,9 +31,9 @@ import math
 import os
 import time
 
-from daemon import replicas
-from daemon.k8s import jobspec
-from daemon.k8s.client import K8sClient, K8sConflict, K8sError, K8sRejected
+from daemon.launchers.k8s import jobspec
+from daemon.launchers.k8s.client import K8sClient, K8sConflict, K8sError, K8sRejected
+from daemon.scheduling import replicas
 
 log = logging.getLogger("rngdctl.leader")
 

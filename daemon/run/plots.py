@@ -14,7 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from daemon.stats import WARMUP_STEPS  # the step-time plot leaves them out, as the medians do
+# The step-time plot starts where the medians do, at the store's first steady step (6, after
+# the five warm-up steps of stats.WARMUP_STEPS): taken from the store, not from daemon.stats,
+# whose seal stores these plots, so the import points one way.
+from daemon.store import STEADY_FIRST
 
 #: Plot buckets: each keeps its minimum and maximum, so at most twice this many points.
 PLOT_BUCKETS = 100
@@ -136,7 +139,7 @@ class PassPlots:
         finite = [(step, loss) for step, loss, _, _, _ in rows
                   if loss is not None and math.isfinite(loss)]
         self.loss_plot.extend([x for x, _ in finite], [y for _, y in finite])
-        timed = [(step, step_s) for step, _, step_s, _, _ in rows if step > WARMUP_STEPS]
+        timed = [(step, step_s) for step, _, step_s, _, _ in rows if step >= STEADY_FIRST]
         self.time_plot.extend([x for x, _ in timed], [y for _, y in timed])
         if rows:
             self.last, self.last_loss = rows[-1][0], rows[-1][1]

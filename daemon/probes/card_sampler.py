@@ -3,7 +3,7 @@ card's reading stored with the run that holds it, the newest kept for the card-h
 
 Which run holds a card comes from the holder scan of the same tick: a holder
 row's run (the pod's label, Kubernetes) or a process of the local launcher's
-run. Without node agents the cards read are this host's (daemon/smi.py, in a
+run. Without node agents the cards read are this host's (daemon/probes/smi.py, in a
 child process); with agents each node's agent reads its own and publishes them
 in its ConfigMap, and the daemon stores a node's cards once per new heartbeat.
 """
@@ -14,7 +14,7 @@ import logging
 import sqlite3
 from dataclasses import dataclass
 
-from daemon import smi
+from daemon.probes import smi
 
 log = logging.getLogger("rngdctl.daemon")
 

@@ -1,6 +1,6 @@
 """Which daemon replica leads, as users and operators see it.
 
-Under leader election (daemon/k8s/leader.py) each replica writes its row of
+Under leader election (daemon/launchers/k8s/leader.py) each replica writes its row of
 the store's ``replicas`` table every tick: its role (leader or standby), the
 Lease holder it saw, its pid and its heartbeat. ``read`` turns those rows into
 one ``Replicas`` value; ``runs``, ``show``, ``gates`` (text and ``--json``)
@@ -21,8 +21,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-from daemon import liveness
-from daemon.liveness import LEADER, STANDBY, here, leader_elsewhere, pod_of
+from daemon.scheduling import liveness
+from daemon.scheduling.liveness import LEADER, STANDBY, here, leader_elsewhere, pod_of
 
 __all__ = ["LEADER", "STANDBY", "Replica", "Replicas", "for_home", "here", "leader_elsewhere",
            "pod_of", "read"]

@@ -55,7 +55,7 @@ def card_of(path: str) -> int | None:
 
 
 def local_capacity(host, *, backend: str, host_gb: float | None) -> Capacity:
-    """What the local launcher's host allows, from a ``probes.HostReading``."""
+    """What the local launcher's host allows, from a ``host_reading.HostReading``."""
     kind = str(backend or "cpu").split(",")[0].split(":")[0].strip()
     if kind != "furiosa":
         return Capacity(None, None, host_gb,
@@ -76,7 +76,7 @@ def k8s_capacity(launcher, *, host_gb: float | None) -> Capacity:
 
     ``launcher`` is a ``K8sLauncher``; 3 API calls (the node twice, its pods).
     """
-    from daemon.k8s import cluster
+    from daemon.launchers.k8s import cluster
 
     reading = launcher.cluster_reading({"id": None, "config": {"cards": 1}})
     node = launcher.client.read_node(launcher.node())

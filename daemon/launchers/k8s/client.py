@@ -4,16 +4,15 @@ The official ``kubernetes`` client supplies the connection: kubeconfig (the
 ``KUBECONFIG`` list, else ``~/.kube/config``, with an optional context) or the
 in-cluster service account, TLS and auth. Requests go through its
 ``ApiClient`` as plain JSON: objects in and out are dicts, so the Job is built
-as data (``daemon.k8s.jobspec``) and read as data (``daemon.k8s.cluster``).
+as data (``jobspec``) and read as data (``cluster``).
 
 Every request has a timeout. Transient failures (no connection, a timeout,
 429, 5xx) are retried with jittered exponential backoff; when the retries run
 out the call raises ``K8sUnavailable``. A 404 returns None where "absent" is
 an answer (reads, deletes); any other 4xx raises ``K8sRejected`` at once.
 
-Only the k8s side imports this module (``daemon.launchers.k8s``, ``daemon.k8s.doctor``,
-``daemon.k8s.leader``, ``daemon.agent``): it imports the Kubernetes client,
-which the light commands must not load.
+Only the Kubernetes side imports this module (the launcher, ``doctor``, ``leader``,
+``agent``): it imports the Kubernetes client, which the light commands must not load.
 """
 
 from __future__ import annotations
@@ -369,7 +368,7 @@ class K8sClient:
                              body=changes, absent_ok=True,
                              content_type="application/merge-patch+json")
 
-    # --- leader election (daemon/k8s/leader.py) --------------------------------
+    # --- leader election (daemon/launchers/k8s/leader.py) --------------------------------
 
     def read_lease(self, namespace: str, name: str) -> dict | None:
         return self._request("read_lease", "GET",

@@ -2,7 +2,7 @@
 
 Each tick the agent reads the host load, the ``/dev/rngd*`` holders joined to
 their pods (one list call for the pods bound to its node) and, where
-furiosa-smi's binding is installed, each card's readings (daemon/smi.py: alive,
+furiosa-smi's binding is installed, each card's readings (daemon/probes/smi.py: alive,
 temperature, power, utilization since the last tick, memory, throttling); then it
 writes them with a heartbeat into its ConfigMap ``rngdctl-agent-<node>``
 (one patch, or a create the first time). No port and no protocol of our own:
@@ -16,9 +16,10 @@ import logging
 import threading
 import time
 
-from daemon import cgroups, holders, nodes, smi
-from daemon.k8s.client import K8sClient, K8sError
-from daemon.probes import read_host
+from daemon.gates import nodes
+from daemon.launchers.k8s.client import K8sClient, K8sError
+from daemon.probes import cgroups, holders, smi
+from daemon.probes.host_reading import read_host
 
 log = logging.getLogger("rngdctl.agent")
 

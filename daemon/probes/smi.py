@@ -281,7 +281,7 @@ class CardReader:
         return reading
 
     def __call__(self) -> tuple[list[dict], str | None]:
-        """(cards, why): the node agent's form (daemon/agent.py)."""
+        """(cards, why): the node agent's form (daemon/launchers/k8s/agent.py)."""
         reading = self.read()
         return [dict(c) for c in reading.cards], reading.why
 

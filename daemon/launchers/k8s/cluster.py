@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from daemon.k8s.jobspec import CARD_RESOURCES, RESOURCE
+from daemon.launchers.k8s.jobspec import CARD_RESOURCES, RESOURCE
 
 #: Waiting reasons that mean the image cannot be pulled (the pod stays Pending
 #: forever, holding its cards, and no Job failure policy ever fires).
