@@ -34,8 +34,8 @@ def test_medians_read_incrementally_equal_daemon_stats(store, ids):
     first = source.build().current
     store.add_steps(ids["r200"], [])
     steps = store.steps(ids["r200"])
-    assert first.median_s == stats.median_step_s(steps)
-    assert first.tok_s == stats.tokens_per_s(steps)
+    assert first.median_s == stats.PassStats.of_steps(steps).median_step_s
+    assert first.tok_s == stats.PassStats.of_steps(steps).tokens_per_s
     assert source.build().current == first  # a second refresh reads nothing new
 
 
@@ -121,7 +121,7 @@ def test_a_step_stored_after_the_seal_is_plotted_and_in_the_medians(store, ids):
     view = source.build().current
     assert (view.step, view.loss.points) == (61, 61)
     steps = store.steps(run)
-    assert view.median_s == stats.median_step_s(steps)
+    assert view.median_s == stats.PassStats.of_steps(steps).median_step_s
 
 
 def test_a_running_pass_is_first_read_from_the_plots_ingest_kept_not_step_by_step(store, ids):
@@ -147,7 +147,7 @@ def test_a_running_pass_is_first_read_from_the_plots_ingest_kept_not_step_by_ste
                           for n in range(131, 141)])
     view = source.build().current
     assert (view.step, view.loss.points) == (140, 140)
-    assert view.median_s == stats.median_step_s(store.steps(run))
+    assert view.median_s == stats.PassStats.of_steps(store.steps(run)).median_step_s
 
 
 def test_points_taken_a_bucket_at_a_time_are_the_points_appended_one_by_one():
