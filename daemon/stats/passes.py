@@ -58,17 +58,6 @@ class PassStats:
         return float(median_of_sorted(
             self.steady, lambda o, c: self._sorted("tokens", o, c, float(default))))
 
-    def phase_iqr(self, phase: str) -> tuple[float, float] | None:
-        """Quartiles of one phase over the steady steps (a missing phase read as 0.0).
-
-        fwd_bwd's are kept (``fwd_bwd_iqr``); another phase's are read off the
-        sorted values, four of them, at the same cost for any length.
-        """
-        if phase == "fwd_bwd" or self._sorted is None or not self.steady:
-            return self.fwd_bwd_iqr if phase == "fwd_bwd" else None
-        return quartiles_of_sorted(self.steady,
-                                   lambda o, c: self._sorted(f"phase_{phase}", o, c, 0.0))
-
     def summary(self, steps_total: int | None = None) -> RunSummary:
         return RunSummary(self.steps, steps_total, self.median_step_s, self.iqr_step_s,
                           self.tokens_per_s, self.first_loss, self.last_loss,

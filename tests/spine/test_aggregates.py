@@ -17,8 +17,7 @@ import pytest
 
 from daemon import stats, stepmodel
 from daemon import store as store_mod
-from daemon.stepmodel.compare import WATCHED
-from daemon.store import Store, markers
+from daemon.store import Store
 from trainer import records
 
 EPS = 2.0 ** -52
@@ -99,9 +98,6 @@ def reference(steps: list[dict]) -> dict:
                          for p in records.PHASES},
         "tokens_or_64": statistics.median(float(s["tokens"] or 64) for s in chosen)
         if chosen else None,
-        "phase_iqrs": {p: quartiles([float((s.get("phases") or {}).get(p, 0.0))
-                                     for s in chosen]) for p in WATCHED}
-        if chosen else {},
     }
 
 
@@ -116,7 +112,6 @@ def of_aggregates(p: stats.PassStats) -> dict:
         "phase_medians": p.phase_medians if p.steady else {},
         "phase_counts": p.phase_counts,
         "tokens_or_64": p.median_tokens_or(64) if p.steady else None,
-        "phase_iqrs": {phase: p.phase_iqr(phase) for phase in WATCHED} if p.steady else {},
     }
 
 
@@ -371,26 +366,6 @@ def test_a_batch_of_steps_costs_sqlite_the_same_work_at_any_length_of_its_pass(s
     # The markers' count of the new rows found them through the pass's step index: a
     # walk of every steady step of the pass each batch, 20x the work at 40,000.
     assert costs[40_000] <= 2 * costs[2_000] + 5, costs
-
-
-def test_the_quartiles_the_host_notice_weighs_cost_sqlite_the_same_work_at_any_length(store):
-    # show, show --json and the TUI read them for every run, a sealed one too (the
-    # host and busy notices' spread of each watched phase that moved): without a
-    # marker at their ranks each walked a quarter of the pass's index.
-    rng = random.Random(12)
-    costs = {}
-    for n in (2_000, 40_000):
-        steps = [dataclasses.replace(s, loss=1.0) for s in random_steps(rng, records.MAIN, n)]
-        run = ingested(store, steps)
-        stats.seal(store, run)  # as a finished run is read
-        costs[n] = sqlite_work(store, lambda r=run: [
-            stats.pass_stats(store, r, records.MAIN).phase_iqr(p) for p in WATCHED])
-    assert costs[40_000] <= 2 * costs[2_000] + 5, costs
-
-
-def test_every_quartile_the_host_notice_weighs_is_kept_by_a_marker():
-    for phase in WATCHED:
-        assert {"q1", "q3"} <= set(markers.MARKED[f"phase_{phase}"]), phase
 
 
 def test_a_store_from_before_the_markers_is_read_right_and_marked_at_its_next_steps(tmp_path):
