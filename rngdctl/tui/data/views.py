@@ -101,9 +101,8 @@ class RunView:
     #: The step model's error by term ("fwd_bwd -3.1 %, ...") and, when the compute
     #: term moved outside its 95 % interval, the sentence saying the host changed.
     error_terms: str | None = None
+    interval: float | None = None  # the error's 95 % interval, half-width (``Comparison``)
     host_notice: str | None = None
-    #: The half-width of the error's 95 % interval (``Comparison.interval``), a fraction.
-    interval: float | None = None
     #: The run's output (daemon/output.py): its model folder in words, how often it
     #: resumed and what that cost; the held-out losses (eval records) and the newest.
     output: str | None = None
