@@ -5,9 +5,10 @@ Each sample is one run: ``rngdctl submit ... --baseline`` into a fresh home,
 then ``rngdctl show RUN --json``; the sample's error is the ``model.error``
 that ``show`` prints. Over N samples per config the table gives the median
 and the worst |error|, how often ``show`` said the host changed between
-the passes, how often it gave the busy-host notice instead (no term moved,
-the passes too noisy for this run to check the model closer), and the error of the rest of the model apart from the terms it
-named as moved (``error_of_rest``).
+the passes, how often the error's 95 % interval (``model.interval``) covered
+it instead (the passes too noisy for this run to check the model closer),
+and the error of the rest of the model apart from the compute when the host
+changed (``error_of_rest``).
 
 Configs: cards {1, 2} x resident per card {0, 1, half, all} of a card's block
 (tiny-llama on 2 cards has blocks of 2, so 1 and half are one config: 7
@@ -36,8 +37,9 @@ Targets (issue 11), printed as PASS/MISS per row:
 - quiet host: median |error| <= 2 % and worst <= 3 %;
 - with the hog: the "host changed" notice fires on every sample where the
   compute term moved, and interleaved runs stay within 5 %. A sample past the
-  quiet target with neither notice is a silent miss; one with the busy-host
-  notice is not (the user is told the run cannot check the model closer).
+  quiet target with no notice and an interval that does not cover its error is
+  a silent miss; one whose interval covers it is not (the user is told the run
+  cannot check the model closer).
 
     .venv/bin/python bench/stepmodel_user.py --samples 5                 # quiet host, a user's run
     .venv/bin/python bench/stepmodel_user.py --steps 40 --samples 3      # issue 11's first measurement
@@ -93,20 +95,23 @@ class Sample:
     measured_s: float | None
     model_s: float | None
     host_changed: bool | None
-    error_without_compute: float | None
     compute_moved: float | None  # measured fwd_bwd / predicted fwd_bwd - 1
     wall_s: float
     load: tuple
     hog_at: int | None  # timed steps written when the hog started; None: no hog ran
     split: list  # show's split: each phase, model and measured seconds, share of the error
-    moved_terms: list | None = None  # the terms the notice named as the host's
     error_of_rest: float | None = None  # the error apart from them
-    busy_notice: str | None = None  # the busy-host notice: no term moved, the passes too noisy
+    interval: float | None = None  # the error's 95 % interval, half-width
+
+    @property
+    def covered(self) -> bool:
+        """The error's 95 % interval covers it: this run cannot tell it from chance."""
+        return self.interval is not None and abs(self.error) <= self.interval
 
     @property
     def told(self) -> bool:
-        """The user was warned off this error: the host changed, or was too busy to check."""
-        return bool(self.host_changed or self.busy_notice)
+        """The user was warned off this error: the host changed, or the interval covers it."""
+        return bool(self.host_changed or self.covered)
 
 
 def residents(layers: int, cards: int) -> list[int]:
@@ -220,10 +225,10 @@ def one_sample(args, model: str, cards: int, resident: int, interleave: int, hog
     fb = split.get("fwd_bwd")
     moved = fb["measured_s"] / fb["model_s"] - 1 if fb and fb["model_s"] else None
     return Sample(model, cards, resident, interleave, hog, m.get("error"), m.get("measured_s"),
-                  m.get("model_s"), m.get("host_changed"), m.get("error_without_compute"),
+                  m.get("model_s"), m.get("host_changed"),
                   moved, wall, (load0, os.getloadavg()[0]), hog_at=hog_at,
-                  split=m.get("split", []), moved_terms=m.get("moved_terms"),
-                  error_of_rest=m.get("error_of_rest"), busy_notice=m.get("busy_notice"))
+                  split=m.get("split", []),
+                  error_of_rest=m.get("error_of_rest"), interval=m.get("interval"))
 
 
 def verdict(samples: list[Sample]) -> tuple[str, bool]:
@@ -239,8 +244,8 @@ def verdict(samples: list[Sample]) -> tuple[str, bool]:
     # run ended before the hog started tested nothing.
     if any(s.hog_at is None for s in samples):
         return "MISS the hog never started", False
-    # Past the quiet target, show must say why: the host changed (a term moved), or the
-    # host was too busy for this run to check the model closer (the busy-host notice).
+    # Past the quiet target, show must say why: the host changed (the compute moved), or
+    # the error's 95 % interval covers it (too noisy a run to check the model closer).
     silent = [s for s in samples if abs(s.error) > QUIET_WORST and not s.told]
     ok = not silent and (not interleave or max(errs) <= HOG_WORST)
     why = f"{len(silent)} silent misses" if silent else ""
@@ -249,11 +254,6 @@ def verdict(samples: list[Sample]) -> tuple[str, bool]:
 
 def pct(x: float | None) -> str:
     return "–" if x is None else f"{x * 100:+.1f} %"
-
-
-def rest(s: Sample) -> float | None:
-    """The error apart from the terms the notice named (only the compute before it named more)."""
-    return s.error_of_rest if s.error_of_rest is not None else s.error_without_compute
 
 
 def hog_steps(samples: list[Sample]) -> str:
@@ -265,7 +265,8 @@ def hog_steps(samples: list[Sample]) -> str:
 
 def table(rows: list[list[Sample]]) -> list[str]:
     out = [("| model | cards | resident | interleave | hog from step | median abs error "
-           "| worst abs error | errors | host changed | busy host | rest of the model | wall per run "
+           "| worst abs error | errors | host changed | interval covers | rest of the model "
+           "| wall per run "
            "| target |"),
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for samples in rows:
@@ -273,14 +274,14 @@ def table(rows: list[list[Sample]]) -> list[str]:
         errs = [abs(s.error) for s in samples if s.error is not None]
         word, _ = verdict(samples)
         fired = sum(1 for s in samples if s.host_changed)
-        busy = sum(1 for s in samples if s.busy_notice and not s.host_changed)
+        covered = sum(1 for s in samples if s.covered and not s.host_changed)
         out.append(
             f"| {s0.model} | {s0.cards} | {s0.resident} | {s0.interleave} | "
             f"{hog_steps(samples)} | "
             f"{statistics.median(errs) * 100:.1f} % | {max(errs) * 100:.1f} % | "
             f"{', '.join(pct(s.error) for s in samples)} | {fired}/{len(samples)} | "
-            f"{busy}/{len(samples)} | "
-            f"{', '.join(pct(rest(s)) for s in samples)} | "
+            f"{covered}/{len(samples)} | "
+            f"{', '.join(pct(s.error_of_rest) for s in samples)} | "
             f"{statistics.median(s.wall_s for s in samples):.1f} s | {word} |"
             if errs else f"| {s0.model} | {s0.cards} | {s0.resident} | no error shown |")
     return out

@@ -1,22 +1,9 @@
-"""Run statistics computed from stored steps: the numbers a note reports.
-
-Steady state is steps 6-N: the first five steps carry warm-up (allocation,
-compile, cache fills) and are left out of medians, as in the reference record.
-
-Modules, one idea each; import from the package, ``from daemon import stats``,
-which re-exports every public name:
-
-- ``steps``: a run's numbers from its decoded steps (steady, medians, tok/s,
-  quartiles, drift, the summary): the reference the aggregates agree with;
-- ``loss``: the note's loss table, its ranges and its rows (from steps or a
-  stored pass);
-- ``load``: the host load's range over samples or gate checks;
-- ``running``: the same medians kept up to date as steps arrive (the TUI);
-- ``order``: order statistics (median, quartiles) through a sorted reader;
-- ``passes``: a pass's numbers (``PassStats``) from the store's aggregates,
-  at a cost that does not grow with the run;
-- ``sealed``: a finished run's numbers, computed once and stored (``seal``).
-"""
+"""Run statistics computed from stored steps (steady state: steps 6-N), one idea a module,
+every public name re-exported here: ``order`` (the one engine every median and quartile
+goes through), ``steps`` (from decoded steps: the reference), ``passes`` (``PassStats``
+from the store's aggregates), ``running`` (kept up to date as steps arrive: the TUI),
+``sealed`` (a finished run's, stored once), ``loss`` (the note's loss table) and ``load``
+(the host load's range)."""
 
 from __future__ import annotations
 
@@ -26,10 +13,15 @@ from daemon.stats.loss import (
     LossRow,
     live_loss_table,
     loss_ranges,
-    loss_table,
     loss_table_of,
 )
-from daemon.stats.order import median_of_sorted, quartiles_of_sorted
+from daemon.stats.order import (
+    median,
+    median_of_sorted,
+    quartiles,
+    quartiles_of_sorted,
+    weighted_quantile,
+)
 from daemon.stats.passes import (
     PASS_PHASES,
     PassStats,
@@ -39,45 +31,12 @@ from daemon.stats.passes import (
 )
 from daemon.stats.running import RunningMedian, SteadyMedians
 from daemon.stats.sealed import seal, step_seconds
-from daemon.stats.steps import (
-    WARMUP_STEPS,
-    Drift,
-    RunSummary,
-    drift,
-    median_step_s,
-    quartiles,
-    steady,
-    summarize,
-    tokens_per_s,
-)
+from daemon.stats.steps import WARMUP_STEPS, Drift, RunSummary, steady
 
 __all__ = [
-    "MAX_LOSS_ROWS",
-    "PASS_PHASES",
-    "WARMUP_STEPS",
-    "Drift",
-    "LossRow",
-    "PassStats",
-    "RunSummary",
-    "RunningMedian",
-    "SteadyMedians",
-    "drift",
-    "gate_load_range",
-    "live_loss_table",
-    "live_pass_stats",
-    "load_range",
-    "loss_ranges",
-    "loss_table",
-    "loss_table_of",
-    "median_of_sorted",
-    "median_step_s",
-    "pass_stats",
-    "quartiles",
-    "quartiles_of_sorted",
-    "seal",
-    "steady",
-    "steady_medians",
-    "step_seconds",
-    "summarize",
-    "tokens_per_s",
+    "MAX_LOSS_ROWS", "PASS_PHASES", "WARMUP_STEPS", "Drift", "LossRow", "PassStats",
+    "RunSummary", "RunningMedian", "SteadyMedians", "gate_load_range", "live_loss_table",
+    "live_pass_stats", "load_range", "loss_ranges", "loss_table_of", "median",
+    "median_of_sorted", "pass_stats", "quartiles", "quartiles_of_sorted", "seal", "steady",
+    "steady_medians", "step_seconds", "weighted_quantile",
 ]

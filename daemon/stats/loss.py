@@ -1,12 +1,10 @@
-"""The note's loss table: its step ranges, and its rows from decoded steps or a stored pass."""
+"""The note's loss table: its step ranges, and its rows from a stored pass."""
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass, fields
 
-from daemon.stats.order import median_of_sorted
+from daemon.stats.order import median, median_of_sorted
 from daemon.stats.steps import WARMUP_STEPS
 
 #: A loss table longer than this widens its ranges after step 100.
@@ -55,24 +53,9 @@ class LossRow:
     nonfinite: int = 0  # steps in the range whose loss is NaN, infinite or missing
 
 
-def loss_table(steps: list[dict], total_steps: int | None = None) -> list[LossRow]:
-    total = total_steps or (max(s["step"] for s in steps) if steps else 0)
-    rows = []
-    for first, last in loss_ranges(total):
-        chosen = [s for s in steps if first <= s["step"] <= last]
-        finite = [s["loss"] for s in chosen if s["loss"] is not None and math.isfinite(s["loss"])]
-        rows.append(LossRow(
-            first, last, len(chosen),
-            statistics.fmean(finite) if finite else None,
-            statistics.median(s["step_s"] for s in chosen) if chosen else None,
-            len(chosen) - len(finite),
-        ))
-    return rows
-
-
 def loss_table_of(store, run_id: int, label: str, total_steps: int) -> list[LossRow]:
-    """``loss_table`` of a stored pass: sealed (``seal``), else from range sums and order
-    statistics."""
+    """The note's loss table of a stored pass, one row a range of ``loss_ranges``: sealed
+    (``seal``), else from range sums and order statistics."""
     sealed = store.sealed_aggregates(run_id).get(f"loss_table:{label}:{total_steps}")
     names = {f.name for f in fields(LossRow)}
     if sealed is not None and all(set(row) == names for row in sealed):
@@ -87,10 +70,10 @@ def live_loss_table(store, run_id: int, label: str, total_steps: int) -> list[Lo
         n, finite, total = store.range_totals(run_id, label, first, last)
         if n <= 64 or first <= WARMUP_STEPS:
             times = store.range_step_s(run_id, label, first, last)
-            median = statistics.median(times) if times else None
+            middle = median(times)
         else:
-            median = median_of_sorted(n, lambda o, c, a=first, b=last:
+            middle = median_of_sorted(n, lambda o, c, a=first, b=last:
                                       store.range_sorted_step_s(run_id, label, a, b, o, c))
-        rows.append(LossRow(first, last, n, total / finite if finite else None, median,
+        rows.append(LossRow(first, last, n, total / finite if finite else None, middle,
                             n - finite))
     return rows

@@ -1,20 +1,14 @@
-"""A pass's numbers from the store's aggregates.
-
-What summarize, drift, loss_table, stepmodel.fit and stepmodel.compare need,
-from order statistics that SQLite reads off its indexes (daemon/store/aggregates.py
-"step aggregates"): the same numbers as the functions in ``steps.py`` over a pass's
-decoded steps (tests check they agree on random runs), at a cost that does
-not grow with the run.
-"""
+"""A pass's numbers (``PassStats``) from the store's aggregates, at a cost that does not grow
+with the run: order statistics SQLite reads off its indexes (daemon/store/aggregates.py),
+the same numbers as ``steps.py``'s over the decoded steps (tests check they agree)."""
 
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field, fields
 
-from daemon.stats.order import median_of_sorted, quartiles_of_sorted
-from daemon.stats.steps import WARMUP_STEPS, Drift, RunSummary, drift, quartiles, steady
+from daemon.stats.order import median, median_of_sorted, quartiles_of_sorted
+from daemon.stats.steps import WARMUP_STEPS, Drift, RunSummary, steady
 from trainer import records
 
 #: The phases a pass's aggregates carry (stepmodel's split less "unclaimed").
@@ -64,17 +58,6 @@ class PassStats:
         return float(median_of_sorted(
             self.steady, lambda o, c: self._sorted("tokens", o, c, float(default))))
 
-    def phase_iqr(self, phase: str) -> tuple[float, float] | None:
-        """Quartiles of one phase over the steady steps (a missing phase read as 0.0).
-
-        fwd_bwd's are kept (``fwd_bwd_iqr``); another phase's are read off the
-        sorted values, four of them, at the same cost for any length.
-        """
-        if phase == "fwd_bwd" or self._sorted is None or not self.steady:
-            return self.fwd_bwd_iqr if phase == "fwd_bwd" else None
-        return quartiles_of_sorted(self.steady,
-                                   lambda o, c: self._sorted(f"phase_{phase}", o, c, 0.0))
-
     def summary(self, steps_total: int | None = None) -> RunSummary:
         return RunSummary(self.steps, steps_total, self.median_step_s, self.iqr_step_s,
                           self.tokens_per_s, self.first_loss, self.last_loss,
@@ -98,11 +81,8 @@ class PassStats:
     @classmethod
     def from_sealed(cls, value: dict, *, last: dict | None = None,
                     at=None) -> PassStats | None:
-        """The PassStats ``sealed`` gave; ``last`` and ``at`` as ``pass_stats`` reads them.
-
-        None when the row's fields are not this version's (sealed by an older rngdctl):
-        the caller computes the numbers instead.
-        """
+        """The PassStats ``sealed`` gave (``last`` and ``at`` as ``pass_stats`` reads them);
+        None for a row an older rngdctl sealed with other fields: the caller computes."""
         kw = {k: v for k, v in value.items() if k != "tokens_absent"}
         if set(kw) | set(cls._NOT_SEALED) != {f.name for f in fields(cls)} \
                 or "tokens_absent" not in value:
@@ -119,7 +99,7 @@ class PassStats:
         times = sorted(s["step_s"] for s in chosen)
         phases = {p: sorted(float((s.get("phases") or {}).get(p, 0.0)) for s in chosen)
                   for p in PASS_PHASES}
-        drifted = drift(steps)
+        slowest = max(chosen, key=lambda s: s["step_s"], default=None)
         bad = [s for s in steps if s["loss"] is None or not math.isfinite(s["loss"])]
         kinds = {"none" if s["loss"] is None else repr(s["loss"]): s["loss"] for s in bad}
 
@@ -138,19 +118,15 @@ class PassStats:
             steps=len(steps), steady=len(chosen),
             first_step=chosen[0]["step"] if chosen else None,
             last_step=chosen[-1]["step"] if chosen else None,
-            median_step_s=statistics.median(times) if times else None,
-            iqr_step_s=quartiles(times),
-            fwd_bwd_iqr=quartiles(phases["fwd_bwd"]),
-            median_tokens=statistics.median(s["tokens"] for s in chosen) if chosen else None,
+            **_ordered(len(chosen), at),
             first_loss=steps[0]["loss"] if steps else None,
             last_loss=steps[-1]["loss"] if steps else None,
             nonfinite_losses=len(bad),
             nonfinite_first=bad[0]["step"] if bad else None,
             nonfinite_kinds=tuple(kinds.values()),
             step_span=(steps[0]["step"], steps[-1]["step"]) if steps else None,
-            slowest_s=drifted.slowest_s, slowest_step=drifted.slowest_step,
-            early_median_s=drifted.early_median_s,
-            phase_medians={p: statistics.median(v) for p, v in phases.items() if v},
+            slowest_s=slowest and slowest["step_s"], slowest_step=slowest and slowest["step"],
+            early_median_s=median(s["step_s"] for s in chosen if s["step"] <= 25),
             phase_counts={p: sum(1 for s in chosen if p in (s.get("phases") or {}))
                           for p in PASS_PHASES},
             last=steps[-1] if steps else None,
@@ -159,15 +135,10 @@ class PassStats:
 
 
 def pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> PassStats:
-    """A pass's numbers from the store's aggregates, at the same cost for any length.
-
-    A finished run's come from its sealed row (``seal``), one read; a running
-    run's from order statistics off the indexes (``live_pass_stats``), each
-    walked from the nearest marker ingest keeps (daemon/store/markers.py): a
-    step or none, whatever the pass's length.
-    ``last``: only steps 6-``last`` (``stepmodel.compare``'s window for
-    interleaved passes, as long as the baseline pass): those steps are read.
-    """
+    """A pass's numbers: a finished run's from its sealed row (``seal``), a running run's
+    from order statistics off the indexes, each walked from the nearest marker ingest keeps
+    (``live_pass_stats``). ``last``: only steps 6-``last`` (an interleaved run's window),
+    read as steps."""
     if last is None:
         sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
         p = None if sealed is None else PassStats.from_sealed(
@@ -195,10 +166,6 @@ def live_pass_stats(store, run_id: int, label: str, *, last: int | None = None) 
         return PassStats.of_steps(store.steps(run_id, label))
 
     at = _sorted_reader(store, run_id, label)
-
-    def med(column, absent_as=None):
-        return median_of_sorted(n_steady, lambda o, c: at(column, o, c, absent_as))
-
     first, last = store.steady_span(run_id, label)
     slowest_s, slowest_step = store.slowest_steady_step(run_id, label)
     first_loss, last_loss = store.end_losses(run_id, label)
@@ -206,21 +173,29 @@ def live_pass_stats(store, run_id: int, label: str, *, last: int | None = None) 
     nonfinite, nonfinite_first, kinds = store.nonfinite_losses(run_id, label)
     phase_absent = {p: store.steady_absent(run_id, label, f"phase_{p}") for p in PASS_PHASES}
     return PassStats(
-        steps=n, steady=n_steady, first_step=first, last_step=last,
-        median_step_s=med("step_s"),
-        iqr_step_s=quartiles_of_sorted(n_steady, lambda o, c: at("step_s", o, c)),
-        fwd_bwd_iqr=quartiles_of_sorted(n_steady, lambda o, c: at("phase_fwd_bwd", o, c, 0.0)),
-        median_tokens=med("tokens"),
+        steps=n, steady=n_steady, first_step=first, last_step=last, **_ordered(n_steady, at),
         first_loss=first_loss, last_loss=last_loss,
         nonfinite_losses=nonfinite, nonfinite_first=nonfinite_first,
         nonfinite_kinds=tuple(kinds), step_span=store.step_span(run_id, label),
         slowest_s=slowest_s, slowest_step=slowest_step,
-        early_median_s=statistics.median(early) if early else None,
-        phase_medians={p: med(f"phase_{p}", 0.0) for p in PASS_PHASES},
+        early_median_s=median(early),
         phase_counts={p: n_steady - phase_absent[p] for p in PASS_PHASES},
         last=store.last_step(run_id, label),
         _sorted=at, _tokens_absent=store.steady_absent(run_id, label, "tokens"),
     )
+
+
+def _ordered(n: int, at) -> dict:
+    """A pass's order statistics over its ``n`` steady steps, read through ``at(column,
+    offset, count, absent_as)``: one path for the store's indexes and for decoded steps."""
+    def med(column, absent_as=None):
+        return median_of_sorted(n, lambda o, c: at(column, o, c, absent_as))
+
+    return {"median_step_s": med("step_s"),
+            "iqr_step_s": quartiles_of_sorted(n, lambda o, c: at("step_s", o, c)),
+            "fwd_bwd_iqr": quartiles_of_sorted(n, lambda o, c: at("phase_fwd_bwd", o, c, 0.0)),
+            "median_tokens": med("tokens"),
+            "phase_medians": {p: med(f"phase_{p}", 0.0) for p in PASS_PHASES} if n else {}}
 
 
 def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float | None]:
@@ -228,14 +203,12 @@ def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float 
     aggregates: what ``SteadyMedians`` gives, without reading the steps."""
     sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
     p = None if sealed is None else PassStats.from_sealed(sealed)
+    n_steady = store.pass_counts(run_id, label)[1] if p is None else 0
+    if p is None and not n_steady:
+        p = PassStats.of_steps(store.steps(run_id, label))
     if p is not None:
         return p.median_step_s, p.tokens_per_s
-    n_steady = store.pass_counts(run_id, label)[1]
-    if not n_steady:
-        p = PassStats.of_steps(store.steps(run_id, label))
-        return p.median_step_s, p.tokens_per_s
-    median_s = median_of_sorted(n_steady, lambda o, c: store.steady_sorted(
-        run_id, label, "step_s", o, c))
-    tokens = median_of_sorted(n_steady, lambda o, c: store.steady_sorted(
-        run_id, label, "tokens", o, c))
+    at = _sorted_reader(store, run_id, label)
+    median_s = median_of_sorted(n_steady, lambda o, c: at("step_s", o, c))
+    tokens = median_of_sorted(n_steady, lambda o, c: at("tokens", o, c))
     return median_s, (tokens / median_s if median_s and median_s > 0 else None)

@@ -5,15 +5,13 @@ from __future__ import annotations
 import bisect
 from array import array
 
+from daemon.stats.order import median_of_sorted
 from daemon.stats.steps import WARMUP_STEPS
 
 
 class RunningMedian:
-    """A median over values that arrive in batches, kept sorted (insort is a memmove).
-
-    An ``array``, not a list: the garbage collector does not walk it, so a
-    100,000-step run adds nothing to its pauses.
-    """
+    """A median over values that arrive in batches, kept sorted (insort is a memmove) in an
+    ``array``, which the garbage collector does not walk (no pauses at 100,000 steps)."""
 
     def __init__(self):
         self.values = array("d")
@@ -26,18 +24,12 @@ class RunningMedian:
             bisect.insort(self.values, value)
 
     def median(self) -> float | None:
-        v, n = self.values, len(self.values)
-        if not n:
-            return None
-        return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+        return median_of_sorted(len(self.values), lambda o, c: self.values[o:o + c])
 
 
 class SteadyMedians:
-    """``median_step_s`` and ``tokens_per_s`` of a growing run, without re-reading it.
-
-    Fed (step, step_s, tokens) as steps arrive; gives what the batch functions
-    (``steps.py``) give for all the steps fed so far (tests check they agree).
-    """
+    """``median_step_s`` and ``tokens_per_s`` of a growing run, fed (step, step_s, tokens)
+    as steps arrive: what ``steps.py`` gives for the steps so far (tests check they agree)."""
 
     def __init__(self, first: int = WARMUP_STEPS + 1):
         self.first = first

@@ -1,10 +1,6 @@
-"""Sealed: a finished run's numbers, computed once.
-
-A run that has ended does not change, so its numbers are computed when it
-ends and stored (daemon/store/aggregates.py "sealed aggregates"): afterwards show, the
-note, model and the TUI read one row whatever the run's length. A step
-stored later makes the row stale, and the readers (``passes.py``, ``loss.py``) compute again.
-"""
+"""Sealed: a finished run's numbers, computed once when it ends and stored
+(daemon/store/aggregates.py), so that show, the note, model and the TUI read one row
+whatever its length; a step stored later makes the row stale, and the readers compute."""
 
 from __future__ import annotations
 

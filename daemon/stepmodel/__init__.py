@@ -1,59 +1,22 @@
 """The step-time model: fit its terms from an all-offload baseline, predict any config.
 
-Torch-free: the daemon, the CLI, the TUI and export all import it.
+Torch-free: the daemon, the CLI, the TUI and export all import it. Import from
+the package (``from daemon import stepmodel``); each module holds one idea:
+``shape`` (a config as the model sees it, the trainer's placement), ``fit``
+(``fit`` the terms, ``predict`` a config), ``pairing`` (interleaved passes:
+the window and the block pairs), ``compare`` (a prediction against what was
+measured: the error with its 95 % interval, its terms, the host notice),
+``memory`` (whether a placement fits on the cards and the host), ``runs``
+(``for_run``: a stored run against its own baseline; ``model_config``: a
+config that has not run) and ``design_table`` (the table in docs/design.md).
+Plain step dicts (rows of ``Store.steps`` or parsed ``step`` records) or a
+pass's ``stats.PassStats`` in, frozen dataclasses out; ``ModelFitError`` when
+a baseline cannot give the terms, ``BadInput`` for a config the trainer
+cannot place.
 
-Modules, one idea each; import from the package, ``from daemon import
-stepmodel``, which re-exports every public name: ``shape`` (a config as the
-model sees it, the trainer's placement), ``fit`` (the terms and the
-prediction), ``pairing`` (interleaved passes: the window and the block
-pairs), ``compare`` (a prediction against what was measured: the error, its
-terms, the host notice), ``memory`` (whether a placement fits), ``runs`` (the
-model for stored runs) and ``design_table`` (the table in docs/design.md).
-
-API (plain step dicts in, frozen dataclasses out; a step dict is a row of
-``Store.steps`` or a parsed JSON ``step`` record):
-
-- ``fit(baseline_steps, baseline_config=None, *, resident_steps=None, ...) -> Terms``
-  Terms from the medians of the baseline's phases over steps 6-N and its
-  start config's optimizer calibration. A resident pass (any pass with
-  resident layers on the same hardware) gives the device optimizer's cost
-  per layer, else the calibration; without either that term is estimated
-  and marked.
-  Raises ``ModelFitError`` ("cannot fit: the baseline has no upload timings").
-- ``Shape``: a config as the model sees it (layers, cards, resident per card,
-  accumulation, sequence length, micro-batch). ``Shape.of_steps(steps)``
-  reads it from step records, ``Shape.of_config(config)`` from a start config.
-- ``predict(terms, target: Shape) -> Prediction``: step time, tok/s and the
-  predicted split by phase.
-- ``compare(prediction, measured_steps, last=, interleave=) -> Comparison``:
-  the measured median of steps 6-N (6-last) with its interquartile range, ``error = (model - measured) /
-  measured``, and the measured split by phase beside the predicted one.
-- ``for_run(store, run_id) -> Comparison | None``: the run's main pass against
-  the model fitted from its own baseline pass (None when it has no baseline
-  pass or no main steps yet). ``terms_for_run(store, run_id)`` gives the terms.
-  When the trainer interleaved the passes, only the main steps that ran
-  alongside the baseline's are compared (``paired_window``), paired with the
-  baseline's block by block (``paired``): every term, each baseline step
-  giving the config's predicted phases from its own (``predict_step``).
-- ``model_config(store, run_id, cards=, resident=, ...) -> Answer``: a config
-  that has not run, from a stored run's all-offload pass (``baseline_of``),
-  with its memory check; what ``rngdctl model`` prints.
-- ``memory_check(target, params_per_layer=, card_gb=, edge=) -> MemoryCheck``:
-  whether C x R resident layers fit on the cards by the trainer's own
-  accounting (``card_bytes``); ``host_memory_check`` the same for the host
-  (``host_bytes``: the offloaded layers, and the cards when the host plays them).
-- ``design_row(comparison, run=, hardware=)``, ``hardware_of(store, run_id)``
-  and ``update_design_table(design_md_path, rows)``: the step-model table kept
-  in docs/design.md between marker comments (``rngdctl export --update-design``).
-
-Errors: ``ModelFitError`` when a baseline cannot give the terms (one line,
-"cannot fit: the baseline has no upload timings"); ``BadInput`` for a config
-the trainer cannot place.
-
-The form (docs/design.md "## Step-time model" says why): the trainer
-(trainer/engine.py) times its phases one after another, uploads every
-offloaded layer once a step and downloads its gradient once a step, so a step
-is the sum of its phases:
+The form (docs/design.md "## Step-time model" says why): the trainer times
+its phases one after another and moves every offloaded layer once a step each
+way, so a step is the sum of its phases:
 
     step = fwd_bwd + upload + download + host_optim + device_optim + wait + unclaimed
     fwd_bwd      = T_dev * (tokens / tokens_b) * (L / L_b)
@@ -65,14 +28,11 @@ is the sum of its phases:
     wait, unclaimed: as in the baseline
 
 ``h``, ``g`` and ``c`` (the host optimizer call's own cost) come from the
-baseline's optimizer calibration (trainer/calibrate.py, in its start config)
-where it has one, and ``F`` is the baseline's host optimizer less ``h`` per
+baseline's optimizer calibration where it has one (a resident pass, if given,
+measures ``g``), and ``F`` is the baseline's host optimizer less ``h`` per
 layer; without one, ``F = c = 0``, ``h`` is the host optimizer per layer and
-``g`` is estimated as ``h`` (docs/design.md "### Terms").
-
-``resident = cards * resident_per_card``, ``offloaded = L - resident`` and
-``_b`` marks the baseline. Every term is a median over the baseline's steps
-6-N, so predicting the baseline's own config gives its measured median.
+``g`` is estimated as ``h``. ``_b`` marks the baseline; every term is a median
+over its steps 6-N, so predicting the baseline's own config gives its median.
 """
 
 from __future__ import annotations
@@ -87,8 +47,8 @@ import types
 #: and the statistics they read: ``submit``, ``runs`` and ``show`` start within 4x
 #: ``python -c pass`` (bench/cli_startup.py, tests/spine/test_startup_imports.py).
 _MODULES = {
-    "compare": ("HOST_MOVED", "MEDIAN_SE", "QUIET_ERROR", "Comparison", "compare",
-                "format_error", "format_seconds", "median_se", "relative_error"),
+    "compare": ("MEDIAN_SE", "Z95", "Comparison", "compare", "format_error",
+                "format_seconds", "format_verdict", "median_se", "relative_error"),
     "design_table": ("TABLE_BEGIN", "TABLE_END", "TABLE_HEADER", "DesignRow", "design_row",
                      "update_design_table"),
     "fit": ("ESTIMATED", "NEEDED", "OPTIONAL", "SPLIT", "Prediction", "Steps", "Term",
@@ -129,57 +89,5 @@ class _Package(types.ModuleType):
 
 sys.modules[__name__].__class__ = _Package
 
-__all__ = [
-    "CARD_GB",
-    "ESTIMATED",
-    "HOST_BYTES",
-    "HOST_MOVED",
-    "HOST_PLAYS_CARD",
-    "MEDIAN_SE",
-    "NEEDED",
-    "OFFLOADED_BYTES",
-    "OPTIONAL",
-    "QUIET_ERROR",
-    "RESIDENT_BYTES",
-    "SPLIT",
-    "TABLE_BEGIN",
-    "TABLE_END",
-    "TABLE_HEADER",
-    "Answer",
-    "Baseline",
-    "Comparison",
-    "DesignRow",
-    "MemoryCheck",
-    "Prediction",
-    "Shape",
-    "Steps",
-    "Term",
-    "Terms",
-    "baseline_of",
-    "blocks",
-    "card_bytes",
-    "card_gb_for",
-    "check_placement",
-    "compare",
-    "design_row",
-    "edge_params",
-    "fit",
-    "for_run",
-    "format_error",
-    "format_seconds",
-    "hardware_of",
-    "host_bytes",
-    "host_memory_check",
-    "host_plays_cards",
-    "median_se",
-    "memory_check",
-    "model_config",
-    "paired",
-    "paired_medians",
-    "paired_window",
-    "predict",
-    "predict_step",
-    "relative_error",
-    "terms_for_run",
-    "update_design_table",
-]
+__all__: list[str] = []
+__all__.extend(sorted(_WHERE))  # every public name, as ``_MODULES`` lists them

@@ -61,13 +61,10 @@ def _merge(lines: list[str], rows: Iterable[DesignRow]) -> list[str]:
 
 
 def update_design_table(design_md_path: str | Path, rows: Iterable[DesignRow]) -> int:
-    """Add ``rows`` to the step-model table in docs/design.md; returns the table's row count.
-
-    The table lives between TABLE_BEGIN and TABLE_END. A row with the same run,
-    hardware, cards and resident as an existing one replaces it; other rows
-    stay. Without the markers, the table goes at the end of the "## Step-time
-    model" section, or at the end of the file.
-    """
+    """Add ``rows`` to the step-model table between TABLE_BEGIN and TABLE_END in docs/design.md
+    (a row with the same run, hardware, cards and resident replaces the old one; without the
+    markers, the table ends the "## Step-time model" section, or the file); returns its row
+    count."""
     path = Path(design_md_path)
     try:
         text = path.read_text(encoding="utf-8")

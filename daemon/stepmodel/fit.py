@@ -1,12 +1,10 @@
-"""The model's form: its terms fitted from a baseline pass, and the prediction of any config.
-
-The form is in the package docstring (daemon/stepmodel/__init__.py).
-"""
+"""The model's form (the package docstring): its terms fitted from a baseline pass, and the
+prediction of any config."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from daemon import stats
 from daemon.errors import ModelFitError
@@ -15,22 +13,14 @@ from daemon.stepmodel.shape import Shape
 from trainer.records import OPTIM_CALIBRATION
 
 #: The phases the model needs in the baseline, with the words its error uses.
-NEEDED = {
-    "fwd_bwd": "device compute (fwd_bwd)",
-    "upload": "upload",
-    "download": "download",
-    "host_optim": "host optimizer (host_optim)",
-    "device_optim": "device optimizer (device_optim)",
-}
+NEEDED = {"fwd_bwd": "device compute (fwd_bwd)", "upload": "upload", "download": "download",
+          "host_optim": "host optimizer (host_optim)",
+          "device_optim": "device optimizer (device_optim)"}
 #: Phases that may be missing (taken as zero).
 OPTIONAL = ("wait",)
 #: The split's keys, in display order. ``unclaimed`` is the part of a step that
 #: no phase claimed (step_s minus the sum of the phases).
 SPLIT = ("fwd_bwd", "upload", "download", "host_optim", "device_optim", "wait", "unclaimed")
-
-
-#: The phases the model prices per offloaded layer.
-PER_LAYER = ("upload", "download", "host_optim")
 
 #: A term whose source starts with this was not measured.
 ESTIMATED = "estimated"
@@ -76,25 +66,11 @@ class Terms:
     #: offloaded the call goes, the rest of F moves to the cards' optimizer.
     host_optim_call: Term = Term("host_optim_call", 0.0, "step with offloaded layers",
                                  "none: the host optimizer is priced per layer alone")
-    #: The baseline pass's numbers, for the quartiles of a phase the host notice
-    #: weighs (``phase_iqr``): read only then, four indexed reads a phase.
-    baseline_pass: stats.PassStats | None = field(default=None, compare=False, repr=False)
-
-    def phase_iqr(self, phase: str) -> tuple[float, float] | None:
-        """Quartiles of one of the baseline's phases over the steps its medians are over."""
-        if phase == "fwd_bwd":
-            return self.compute_iqr
-        return self.baseline_pass.phase_iqr(phase) if self.baseline_pass is not None else None
 
     def all(self) -> list[Term]:
         return [self.compute, self.upload, self.download, self.host_optim_fixed,
                 self.host_optim, self.host_optim_call, self.device_optim_fixed,
                 self.device_optim, self.wait, self.unclaimed]
-
-    def baseline_phase_s(self, phase: str) -> float:
-        """A per-layer phase's seconds in the baseline (its median): the terms at its shape."""
-        fixed = self.host_optim_fixed.seconds if phase == "host_optim" else 0.0
-        return fixed + getattr(self, phase).seconds * self.baseline.offloaded
 
     def as_dict(self) -> dict:
         return {"baseline": asdict(self.baseline), "baseline_median_s": self.baseline_median_s,
@@ -154,12 +130,8 @@ def _seconds(cal: dict, key: str) -> float | None:
 
 def _host_optimizer(host_s: float, off: int, cal: dict, where: str) -> tuple[Term, Term, Term]:
     """The host optimizer's terms: F (per step), h (per offloaded layer) and c (its call).
-
-    With a calibration, h is the calibrated cost of one more layer and F the
-    baseline's host optimizer less ``off`` of them. Without one (or with one
-    that leaves F below 0, a calibration the host slowed down), the whole
-    phase is priced per layer, as before calibrations.
-    """
+    h is calibrated and F the rest of the baseline's; without a calibration (or with one
+    that leaves F below 0) the whole phase is priced per layer."""
     per_layer, call = _seconds(cal, "host_per_layer_s"), _seconds(cal, "host_call_s")
     if per_layer is None or per_layer * off > host_s:
         none = "none: the host optimizer is priced per layer alone (the baseline has no " \
@@ -178,22 +150,9 @@ def _host_optimizer(host_s: float, off: int, cal: dict, where: str) -> tuple[Ter
 
 
 def _device_per_layer(g: float, cal: dict, backend: str | None) -> Term:
-    """The cards' optimizer per resident layer from the calibration: card 0's, ``g``.
-
-    Where the cards are the host (``memory.host_plays_cards``), card 0's
-    calibration and the host's time the same work (fused AdamW and the clip
-    norm on scratch buffers in host memory), one after the other, a tenth of a
-    second each: a stretch of host noise in one inflates that one alone. Over
-    672 kept cpu runs card 0's over the host's was 1.00-1.02 at the median
-    (quartiles 0.97-1.04), past 1.3 in 10; one of those (llama-3.1-8b-mini,
-    1.07 ms against 0.61 ms) put an all-resident error at +4.4 %, +0.4 % with
-    the host's. Interference only adds time, so the lower of the two is the
-    cost. The host's own per-layer cost is left as timed: the baseline's
-    measured host optimizer anchors it (its fixed part takes up what the
-    calibration mis-states), where this term counts in full for every
-    resident layer.
-    """
-    pairs = f"median of {cal.get('device_reps')} pairs (the baseline's start record)"
+    """The cards' optimizer per resident layer: card 0's calibration, ``g``; where the cards
+    are the host, the lower of card 0's and the host's (the same work timed twice, and
+    interference only adds time: docs/design.md, "Terms")."""
     host = _seconds(cal, "host_per_layer_s")
     if host is not None and host < g and host_plays_cards(backend):
         return Term("device_optim", host, "resident layer",
@@ -201,17 +160,14 @@ def _device_per_layer(g: float, cal: dict, backend: str | None) -> Term:
                     f"median of {cal.get('reps')} pairs, below card 0's {g * 1e3:.3f} ms (the "
                     f"cards are the host: the same work timed twice, the lower one is the cost)")
     return Term("device_optim", g, "resident layer",
-                f"calibrated: one more layer of card 0's optimizer on scratch buffers, {pairs}")
+                f"calibrated: one more layer of card 0's optimizer on scratch buffers, median of "
+                f"{cal.get('device_reps')} pairs (the baseline's start record)")
 
 
 def _moved_to_cards(fixed: float, call: float) -> float:
-    """What the cards' optimizer takes over when no layer is offloaded: F less the call.
-
-    The first optimizer call after the backward finds caches cold (the cpu
-    backend's fused AdamW costs a few hundred microseconds more there than in
-    a second call right after); with no offloaded layer there is no host
-    call, and the cards' first call pays it instead.
-    """
+    """What the cards' optimizer takes over when no layer is offloaded: F less the call (the
+    first optimizer call after the backward finds caches cold; with no host call, the
+    cards' first call pays it)."""
     return max(fixed - call, 0.0)
 
 
@@ -220,12 +176,10 @@ def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
         resident_label: str = "resident pass") -> Terms:
     """Fit the terms from an all-offload baseline's steps (medians over steps 6-N).
 
-    Steps are a pass's step dicts or its ``stats.PassStats`` (``stats.pass_stats``:
-    what the store-reading functions below pass, at the same cost for any length).
-    ``baseline_config`` is the pass's start config: it fills in the shape when
-    the step records lack it. ``resident_steps`` (a pass with resident layers,
-    same hardware and model) gives the device optimizer's cost per layer;
-    without it that term is estimated and its source says so.
+    ``baseline_config``, the pass's start config, fills in the shape where the
+    step records lack it and carries the optimizer calibration;
+    ``resident_steps`` (a pass with resident layers, same hardware and model)
+    gives the device optimizer's cost per layer.
     """
     base = _pass(baseline_steps)
     if not base.steps:
@@ -284,12 +238,8 @@ def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
         baseline_iqr=base.iqr_step_s,
         compute_iqr=base.fwd_bwd_iqr,
         compute_steps=base.steady,
-        baseline_pass=base,
     )
 
-
-
-# === Prediction ==============================================================
 
 
 @dataclass(frozen=True)
@@ -317,8 +267,14 @@ class Prediction:
                 "estimated_terms": self.estimated_terms, **self.terms.as_dict()}
 
 
+#: The ``Terms`` fields the form reads.
+_TERMS = ("compute", "upload", "download", "host_optim", "host_optim_fixed", "host_optim_call",
+          "device_optim_fixed", "device_optim", "wait", "unclaimed")
+
+
 def _form(v: dict[str, float], b: Shape, target: Shape) -> dict[str, float]:
-    """The form (package docstring) with the terms' values ``v``: ``target``'s phases."""
+    """The form (package docstring) with the terms' values ``v`` (by ``Terms`` field):
+    ``target``'s phases."""
     work = (target.tokens / b.tokens) * (target.layers / b.layers)
     off = target.offloaded
     moved = 0.0 if off else _moved_to_cards(v["host_optim_fixed"], v["host_optim_call"])
@@ -336,14 +292,7 @@ def _form(v: dict[str, float], b: Shape, target: Shape) -> dict[str, float]:
 def predict(terms: Terms, target: Shape) -> Prediction:
     """The step time of ``target`` from ``terms``: the form in the package docstring."""
     b = terms.baseline
-    v = {"compute": terms.compute.seconds, "upload": terms.upload.seconds,
-         "download": terms.download.seconds, "host_optim": terms.host_optim.seconds,
-         "host_optim_fixed": terms.host_optim_fixed.seconds,
-         "host_optim_call": terms.host_optim_call.seconds,
-         "device_optim_fixed": terms.device_optim_fixed.seconds,
-         "device_optim": terms.device_optim.seconds, "wait": terms.wait.seconds,
-         "unclaimed": terms.unclaimed.seconds}
-    phases = _form(v, b, target)
+    phases = _form({f: getattr(terms, f).seconds for f in _TERMS}, b, target)
     tokens = terms.baseline_tokens * target.tokens / b.tokens
     return Prediction(target, sum(phases.values()), tokens, phases, terms)
 
@@ -351,13 +300,10 @@ def predict(terms: Terms, target: Shape) -> Prediction:
 def predict_step(prediction: Prediction, baseline_step: dict) -> dict[str, float] | None:
     """What one baseline step says ``prediction``'s target takes: its phases and ``step_s``.
 
-    The same form as ``predict``, with the step's own phases in place of the
-    baseline's medians (a term fitted from another pass, the device optimizer
-    per resident layer from a resident pass, stays as fitted). Interleaved
-    passes compare the config's steps with these, block pair by block pair
-    (``pairing.paired``), so every term of the prediction comes from the
-    baseline steps that ran beside the config's. None when the step lacks a
-    phase the model needs.
+    ``predict``'s form with the step's own phases in place of the baseline's
+    medians (a term from another pass or the calibration stays as fitted), so
+    that paired block by block (``pairing.paired``) every term comes from the
+    baseline steps beside the config's. None when the step lacks a phase.
     """
     terms, b = prediction.terms, prediction.terms.baseline
     phases = baseline_step.get("phases") or {}

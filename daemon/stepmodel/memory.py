@@ -93,21 +93,16 @@ def host_memory_check(target: Shape, *, params_per_layer: int | None, host_gb: f
                       host_plays_card: bool = False) -> MemoryCheck:
     """Whether the host holds what the placement puts there, by the trainer's accounting."""
     if not params_per_layer:
-        return MemoryCheck(True, [], host_gb,
-                           "host memory not checked: the baseline does not say its parameters "
-                           "per layer")
+        return MemoryCheck(True, [], host_gb, "host memory not checked: the baseline does not "
+                           "say its parameters per layer")
     need = host_bytes(target, params_per_layer, edge=edge, tied_head=tied_head,
                       host_plays_card=host_plays_card) / 1e9
     what = "offloaded layers" + (" and the cards it plays" if host_plays_card else "")
-    if host_gb is None:
-        return MemoryCheck(True, [need], None,
-                           f"host needs {_gb(need)} GB for the {what}; no host limit known")
-    if need > host_gb:
-        return MemoryCheck(False, [need], host_gb,
-                           f"host would need {_gb(need)} GB for the {what}, more than its "
-                           f"{host_gb:g} GB")
-    return MemoryCheck(True, [need], host_gb,
-                       f"fits: host needs {_gb(need)} GB of {host_gb:g} GB for the {what}")
+    fits = host_gb is None or need <= host_gb
+    message = (f"host needs {_gb(need)} GB for the {what}; no host limit known" if host_gb is None
+               else f"fits: host needs {_gb(need)} GB of {host_gb:g} GB for the {what}" if fits
+               else f"host would need {_gb(need)} GB for the {what}, more than its {host_gb:g} GB")
+    return MemoryCheck(fits, [need], host_gb, message)
 
 
 def host_plays_cards(backend: str | None) -> bool:

@@ -58,19 +58,19 @@ def baseline_of(store, run_id: int) -> Baseline | None:
     return None
 
 
+def _stored_pass(store, run_id: int, label: str) -> stats.PassStats | None:
+    """The pass's numbers (``stats.pass_stats``); None when it has no steps."""
+    p = stats.pass_stats(store, run_id, label) if store.pass_counts(run_id, label)[0] else None
+    return p if p is not None and p.steps else None
+
+
 def terms_for_run(store, run_id: int, *, baseline: stats.PassStats | None = None,
                   calibrated: bool = True) -> Terms | None:
-    """Terms fitted from the run's own baseline pass; None when it has none.
-
-    ``baseline``: the pass's ``stats.pass_stats`` when the caller has it already.
-    ``calibrated=False`` leaves the pass's optimizer calibration out: the model
-    as it priced before calibrations (bench/stepmodel_optim_ab.py compares).
-    """
-    if baseline is None:
-        if not store.pass_counts(run_id, BASELINE)[0]:
-            return None
-        baseline = stats.pass_stats(store, run_id, BASELINE)
-    if not baseline.steps:
+    """Terms fitted from the run's own baseline pass (``baseline``: its ``stats.pass_stats``
+    where the caller has it); None without one. ``calibrated=False`` leaves the optimizer
+    calibration out (bench/stepmodel_optim_ab.py)."""
+    baseline = baseline or _stored_pass(store, run_id, BASELINE)
+    if baseline is None or not baseline.steps:
         return None
     config = _pass_config(store, run_id, BASELINE)
     if not calibrated and config:
@@ -80,38 +80,27 @@ def terms_for_run(store, run_id: int, *, baseline: stats.PassStats | None = None
 
 def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
             baseline: stats.PassStats | None = None, calibrated: bool = True) -> Comparison | None:
-    """The run's main pass against the model from its own baseline pass.
-
-    None when the run has no baseline pass or no main steps yet. Raises
-    ModelFitError when the baseline cannot give the terms. ``main`` and
-    ``baseline``: the passes' ``stats.pass_stats`` when the caller has them;
-    ``calibrated``: as ``terms_for_run``.
-    """
-    if main is None:
-        if not store.pass_counts(run_id, MAIN)[0]:
-            return None
-        main = stats.pass_stats(store, run_id, MAIN)
-    if not main.steps:
+    """The run's main pass against the model from its own baseline pass; None without both
+    (ModelFitError when the baseline cannot give the terms). Interleaved, the main steps
+    beside the baseline's, paired block by block (``pairing.paired``)."""
+    main = main or _stored_pass(store, run_id, MAIN)
+    if main is None or not main.steps:
         return None
-    if baseline is None:
-        if not store.pass_counts(run_id, BASELINE)[0]:
-            return None
-        baseline = stats.pass_stats(store, run_id, BASELINE)
-    terms = terms_for_run(store, run_id, baseline=baseline, calibrated=calibrated)
+    baseline = baseline or _stored_pass(store, run_id, BASELINE)
+    terms = baseline and terms_for_run(store, run_id, baseline=baseline, calibrated=calibrated)
     if terms is None:
         return None
     prediction = predict(terms, Shape.of_step(main.last))
     main_config = _pass_config(store, run_id, MAIN)
     window = paired_window(main_config, baseline)
-    measured, medians, spreads = main, None, None
+    measured, medians, errors = main, None, None
     if window:  # interleaved: the main steps that ran beside the baseline's, read as steps
         last, block = window["last"], window["interleave"]
         measured = stats.pass_stats(store, run_id, MAIN, last=last)
-        medians, spreads = paired(store.steps_until(run_id, BASELINE, last),
-                                  store.steps_until(run_id, MAIN, last), block, prediction)
+        medians, errors = paired(store.steps_until(run_id, BASELINE, last),
+                                 store.steps_until(run_id, MAIN, last), block, prediction)
     return compare(prediction, measured, interleave=window.get("interleave", 0),
-                   paired=medians, paired_spreads=spreads,
-                   cards_on_host=host_plays_cards((main_config or {}).get("backend")))
+                   paired=medians, paired_se=errors)
 
 
 @dataclass(frozen=True)
@@ -135,14 +124,9 @@ def model_config(store, baseline_run: int, *, cards: int, resident: int,
                  seq_len: int | None = None, accum: int | None = None,
                  card_gb: float | None = None, resident_run: int | None = None,
                  host_gb: float | None = None, check_host: bool = False) -> Answer:
-    """Predict a config that has not run, from a stored run's all-offload pass.
-
-    ``card_gb`` overrides the card memory the baseline's backend implies;
-    ``resident_run`` names a run whose main pass (with resident layers) gives
-    the device optimizer's cost per layer. With ``check_host`` the answer also
-    says whether the host holds the offloaded layers (``host_gb``: its memory,
-    None when unknown).
-    """
+    """Predict a config that has not run, from a stored run's all-offload pass. ``card_gb``
+    overrides the backend's card memory; ``resident_run``'s main pass gives the device
+    optimizer per layer; ``check_host`` checks the host's memory too (``host_gb``)."""
     base = baseline_of(store, baseline_run)
     if base is None:
         raise ModelFitError(f"cannot fit: run {baseline_run} has no all-offload pass "
@@ -159,16 +143,13 @@ def model_config(store, baseline_run: int, *, cards: int, resident: int,
                    accum=accum or b.accum, seq_len=seq_len or b.seq_len,
                    micro_batch=b.micro_batch)
     config = base.config
-    ppl = _extra(base.stats.last).get("params_per_layer") or config.get("params_per_layer")
-    memory = memory_check(target, params_per_layer=ppl,
-                          card_gb=card_gb if card_gb is not None else card_gb_for(base.backend),
-                          edge=edge_params(config) or 0, tied_head=bool(config.get("tied_head")))
-    host = None
-    if check_host:
-        host = host_memory_check(target, params_per_layer=ppl, host_gb=host_gb,
-                                 edge=edge_params(config) or 0,
-                                 tied_head=bool(config.get("tied_head")),
-                                 host_plays_card=host_plays_cards(base.backend))
+    kw = {"params_per_layer": _extra(base.stats.last).get("params_per_layer")
+          or config.get("params_per_layer"), "edge": edge_params(config) or 0,
+          "tied_head": bool(config.get("tied_head"))}
+    memory = memory_check(target, **kw,
+                          card_gb=card_gb if card_gb is not None else card_gb_for(base.backend))
+    host = host_memory_check(target, **kw, host_gb=host_gb,
+                             host_plays_card=host_plays_cards(base.backend)) if check_host else None
     return Answer(base, predict(terms, target), memory, host)
 
 

@@ -17,8 +17,7 @@ def _extra(step: dict) -> dict:
 
 
 def check_placement(layers: int, cards: int, resident_per_card: int) -> None:
-    """Refuse a placement the trainer cannot make (BadInput); never clamp it: the
-    trainer's own rule (trainer/placement.py ``placement_problem``)."""
+    """Refuse a placement the trainer cannot make (BadInput, by trainer/placement.py)."""
     problem = placement_problem(layers, cards, resident_per_card)
     if problem:
         raise BadInput(problem)
@@ -78,8 +77,7 @@ class Shape:
 
     @classmethod
     def _declared(cls, values: dict, resident_key: str, lacks: str) -> Shape:
-        """The shape from a step's extra or a start config: the same fields, resident
-        layers per card under its own name in each."""
+        """The shape from a step's extra or a start config (resident per card named in each)."""
         missing = [k for k in ("layers", "cards", resident_key, "seq_len", "accum")
                    if not isinstance(values.get(k), int)]
         if missing:

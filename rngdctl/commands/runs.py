@@ -278,17 +278,19 @@ def output_lines(run: dict, found, held) -> list[str]:
 
 def model_lines(model: dict) -> list[str]:
     """The step model against the run: the error, then each phase measured against predicted."""
+    from daemon.stepmodel import format_verdict
+
     lines = [(f"  step model (from the baseline pass): model {secs(model['model_s'])}, "
-             f"measured {secs(model['measured_s'])}, error {model['error']:+.1%} "
-             f"(median of {model.get('window') or 'steps 6-N'})")]
+              f"measured {secs(model['measured_s'])} (median of "
+              f"{model.get('window') or 'steps 6-N'}), error "
+              f"{format_verdict(model['error'], model.get('interval'))}")]
     split = model.get("split") or []
     if split:
         lines.append(f"    {'phase':<13} {'model':>9} {'measured':>9} {'error':>7}")
         lines += [f"    {r['phase']:<13} {secs(r['model_s']):>9} {secs(r['measured_s']):>9} "
                   f"{_share(r.get('error')):>7}" for r in split]
-    for notice in ("host_notice", "busy_notice"):
-        if model.get(notice):
-            lines.append(f"    ! {model[notice]}")
+    if model.get("host_notice"):
+        lines.append(f"    ! {model['host_notice']}")
     return lines
 
 

@@ -260,14 +260,17 @@ def model_rows(store: Store, report: RunReport) -> tuple[list[ModelRow], list[st
 
 
 def error_split_notes(comparison: stepmodel.Comparison) -> list[str]:
-    """The error split into its terms, and the host-changed or busy-host notice when one applies."""
-    intro = (f"The error, {stepmodel.format_error(comparison.error)}, phase by phase (each "
-             "phase's share of the error is its model less measured over the measured step):")
+    """The verdict with its interval, the error split into its terms, and the host-changed
+    notice when the host changed."""
+    intro = (f"The error, {comparison.verdict()}, phase by phase (the interval is 1.96 "
+             "standard errors of the two passes' ratio, from the run's own step-to-step "
+             "spread; each phase's share of the error is its model less measured over the "
+             "measured step):")
     lines = ["", intro, "", "| phase | model | measured | share of the error |",
              "| --- | --- | --- | --- |"]
     lines += [f"| {r['phase']} | {secs(r['model_s'])} | {secs(r['measured_s'])} | "
               f"{stepmodel.format_error(r['error'])} |" for r in comparison.split()]
-    notice = comparison.host_notice() or comparison.busy_notice()
+    notice = comparison.host_notice()
     if notice:
         lines += ["", f"**{notice[0].upper()}{notice[1:]}.**"]
     return lines

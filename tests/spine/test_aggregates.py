@@ -1,10 +1,10 @@
 """A pass's numbers from the store's aggregates are the numbers of the full computation.
 
 ``stats.pass_stats`` reads order statistics off SQLite's indexes; the
-reference is the functions that decode every step (``stats.summarize``,
-``stats.drift``, ``stats.loss_table``) and the medians ``statistics`` takes
-over the decoded steps, on random runs (seeded) with ties, gaps, repeats,
-non-finite losses, missing and negative phases and 0-token steps.
+reference decodes every step and takes its medians and means with
+``statistics`` (``reference``, ``loss_table``), on random runs (seeded) with
+ties, gaps, repeats, non-finite losses, missing and negative phases and
+0-token steps.
 """
 
 import dataclasses
@@ -17,8 +17,7 @@ import pytest
 
 from daemon import stats, stepmodel
 from daemon import store as store_mod
-from daemon.stepmodel.compare import WATCHED
-from daemon.store import Store, markers
+from daemon.store import Store
 from trainer import records
 
 EPS = 2.0 ** -52
@@ -61,21 +60,37 @@ def fill(store: Store, rng: random.Random, run_id: int, label: str, n: int, *,
         fed = fed[k:]
 
 
+def quartiles(values: list[float]) -> tuple[float, float] | None:
+    """The first and third quartiles by ``statistics`` (inclusive), not the stats engine."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else None
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
 def reference(steps: list[dict]) -> dict:
-    """The numbers as computed before the aggregates, from every decoded step."""
+    """The numbers as computed before the aggregates, from every decoded step: the medians
+    and quartiles by ``statistics``, independent of the stats package's order engine."""
     chosen = stats.steady(steps)
-    summary = stats.summarize(steps)
-    d = stats.drift(steps)
+    median_s = statistics.median(s["step_s"] for s in chosen) if chosen else None
+    median_tokens = statistics.median(s["tokens"] for s in chosen) if chosen else None
+    slowest = max(chosen, key=lambda s: s["step_s"]) if chosen else None
+    early = [s["step_s"] for s in chosen if s["step"] <= 25]
     return {
         "steps": len(steps), "steady": len(chosen),
         "first_step": chosen[0]["step"] if chosen else None,
         "last_step": chosen[-1]["step"] if chosen else None,
-        "median_step_s": summary.median_step_s, "iqr_step_s": summary.iqr_step_s,
-        "fwd_bwd_iqr": stats.quartiles([float((s.get("phases") or {}).get("fwd_bwd", 0.0))
-                                        for s in chosen]),
-        "tokens_per_s": summary.tokens_per_s, "first_loss": summary.first_loss,
-        "last_loss": summary.last_loss, "nonfinite_losses": summary.nonfinite_losses,
-        "slowest": (d.slowest_s, d.slowest_step), "early_median_s": d.early_median_s,
+        "median_step_s": median_s,
+        "iqr_step_s": quartiles([s["step_s"] for s in chosen]),
+        "fwd_bwd_iqr": quartiles([float((s.get("phases") or {}).get("fwd_bwd", 0.0))
+                                  for s in chosen]),
+        "tokens_per_s": median_tokens / median_s if median_s else None,
+        "first_loss": steps[0]["loss"] if steps else None,
+        "last_loss": steps[-1]["loss"] if steps else None,
+        "nonfinite_losses": sum(s["loss"] is None or not math.isfinite(s["loss"])
+                                for s in steps),
+        "slowest": (slowest["step_s"], slowest["step"]) if slowest else (None, None),
+        "early_median_s": statistics.median(early) if early else None,
         "phase_medians": {p: statistics.median(float((s.get("phases") or {}).get(p, 0.0))
                                                for s in chosen) for p in records.PHASES}
         if chosen else {},
@@ -83,9 +98,6 @@ def reference(steps: list[dict]) -> dict:
                          for p in records.PHASES},
         "tokens_or_64": statistics.median(float(s["tokens"] or 64) for s in chosen)
         if chosen else None,
-        "phase_iqrs": {p: stats.quartiles([float((s.get("phases") or {}).get(p, 0.0))
-                                           for s in chosen]) for p in WATCHED}
-        if chosen else {},
     }
 
 
@@ -100,7 +112,6 @@ def of_aggregates(p: stats.PassStats) -> dict:
         "phase_medians": p.phase_medians if p.steady else {},
         "phase_counts": p.phase_counts,
         "tokens_or_64": p.median_tokens_or(64) if p.steady else None,
-        "phase_iqrs": {phase: p.phase_iqr(phase) for phase in WATCHED} if p.steady else {},
     }
 
 
@@ -134,13 +145,26 @@ def test_the_aggregates_give_the_full_computations_numbers_on_random_runs(store,
         assert same(stats.steady_medians(store, run, label), running.medians())
 
 
+def loss_table(steps: list[dict], total: int) -> list[stats.LossRow]:
+    """The note's loss table from every decoded step, by ``statistics``: the reference."""
+    rows = []
+    for first, last in stats.loss_ranges(total):
+        chosen = [s for s in steps if first <= s["step"] <= last]
+        finite = [s["loss"] for s in chosen if s["loss"] is not None and math.isfinite(s["loss"])]
+        rows.append(stats.LossRow(
+            first, last, len(chosen), statistics.fmean(finite) if finite else None,
+            statistics.median(s["step_s"] for s in chosen) if chosen else None,
+            len(chosen) - len(finite)))
+    return rows
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_the_loss_table_from_the_aggregates_matches_the_full_one(store, seed):
     rng = random.Random(100 + seed)
     run = store.add_run({"cards": 1})
     fill(store, rng, run, records.MAIN, rng.choice([30, 700, 3000]))
     steps = store.steps(run)
-    want = stats.loss_table(steps, steps[-1]["step"])
+    want = loss_table(steps, steps[-1]["step"])
     got = stats.loss_table_of(store, run, records.MAIN, steps[-1]["step"])
     assert [(r.first, r.last, r.steps, r.median_step_s, r.nonfinite) for r in got] == \
         [(r.first, r.last, r.steps, r.median_step_s, r.nonfinite) for r in want]
@@ -342,26 +366,6 @@ def test_a_batch_of_steps_costs_sqlite_the_same_work_at_any_length_of_its_pass(s
     # The markers' count of the new rows found them through the pass's step index: a
     # walk of every steady step of the pass each batch, 20x the work at 40,000.
     assert costs[40_000] <= 2 * costs[2_000] + 5, costs
-
-
-def test_the_quartiles_the_host_notice_weighs_cost_sqlite_the_same_work_at_any_length(store):
-    # show, show --json and the TUI read them for every run, a sealed one too (the
-    # host and busy notices' spread of each watched phase that moved): without a
-    # marker at their ranks each walked a quarter of the pass's index.
-    rng = random.Random(12)
-    costs = {}
-    for n in (2_000, 40_000):
-        steps = [dataclasses.replace(s, loss=1.0) for s in random_steps(rng, records.MAIN, n)]
-        run = ingested(store, steps)
-        stats.seal(store, run)  # as a finished run is read
-        costs[n] = sqlite_work(store, lambda r=run: [
-            stats.pass_stats(store, r, records.MAIN).phase_iqr(p) for p in WATCHED])
-    assert costs[40_000] <= 2 * costs[2_000] + 5, costs
-
-
-def test_every_quartile_the_host_notice_weighs_is_kept_by_a_marker():
-    for phase in WATCHED:
-        assert {"q1", "q3"} <= set(markers.MARKED[f"phase_{phase}"]), phase
 
 
 def test_a_store_from_before_the_markers_is_read_right_and_marked_at_its_next_steps(tmp_path):

@@ -40,7 +40,8 @@ def test_show_reports_the_step_models_own_numbers(store, rngdctl):
     assert model["error"] == expected.error
     assert model["iqr_s"] == list(expected.iqr)
     _, text, _ = rngdctl("show", str(run))
-    assert f"error {expected.error:+.1%}" in text
+    assert f"error {stepmodel.format_verdict(expected.error, expected.interval)}" in text
+    assert model["interval"] == expected.interval > 0
 
 
 def test_show_of_a_run_without_a_baseline_has_no_model_line(store, rngdctl):

@@ -5,6 +5,12 @@ import pytest
 from daemon import stats
 
 
+def medians(steps) -> tuple:
+    """(median step seconds, tokens per second) of decoded steps, by the package's engine."""
+    p = stats.PassStats.of_steps(steps)
+    return p.median_step_s, p.tokens_per_s
+
+
 def steps_of(times, tokens=None):
     tokens = tokens or [128] * len(times)
     return [{"step": i + 1, "step_s": t, "tokens": k, "loss": 1.0}
@@ -13,12 +19,11 @@ def steps_of(times, tokens=None):
 
 def test_medians_are_over_steps_6_to_n():
     steps = steps_of([9.0] * 5 + [1.0, 2.0, 3.0])
-    assert stats.median_step_s(steps) == 2.0
-    assert stats.tokens_per_s(steps) == 64.0
+    assert medians(steps) == (2.0, 64.0)
 
 
 def test_a_run_shorter_than_the_warm_up_uses_every_step():
-    assert stats.median_step_s(steps_of([3.0, 1.0, 2.0])) == 2.0
+    assert medians(steps_of([3.0, 1.0, 2.0]))[0] == 2.0
 
 
 @pytest.mark.parametrize("batches", [[3], [5, 1, 1], [100, 7, 300], [1] * 20])
@@ -31,8 +36,7 @@ def test_running_medians_agree_with_the_batch_functions(batches):
         chunk = steps[fed:fed + size]
         running.add([(s["step"], s["step_s"], s["tokens"]) for s in chunk])
         fed += size
-        assert running.medians() == (stats.median_step_s(steps[:fed]),
-                                     stats.tokens_per_s(steps[:fed]))
+        assert running.medians() == medians(steps[:fed])
 
 
 def test_loss_ranges_follow_the_reference_and_fit_the_run():
@@ -41,7 +45,7 @@ def test_loss_ranges_follow_the_reference_and_fit_the_run():
 
 
 def test_drift_compares_steps_6_25_with_6_n_and_names_the_slowest_step():
-    d = stats.drift(steps_of([1.0] * 25 + [2.0] * 25))
+    d = stats.PassStats.of_steps(steps_of([1.0] * 25 + [2.0] * 25)).drift()
     assert (d.early_median_s, d.slowest_step) == (1.0, 26)
 
 

@@ -25,6 +25,7 @@ async def test_current_run_shows_progress_eta_median_tok_s_and_model_error(make_
     assert "462 tok/s" in summary  # 2048 tokens / 4.43 s
     assert f"model {comparison.model_s:.3f} s" in summary
     assert f"error {comparison.error * 100:+.1f} %" in summary
+    assert f"error ±{comparison.interval * 100:.1f} % at 95 %" in summary  # the verdict's interval
 
 
 async def test_current_run_shows_the_last_steps_phases_in_trainer_order(make_app, settle):

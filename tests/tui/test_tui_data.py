@@ -34,8 +34,8 @@ def test_medians_read_incrementally_equal_daemon_stats(store, ids):
     first = source.build().current
     store.add_steps(ids["r200"], [])
     steps = store.steps(ids["r200"])
-    assert first.median_s == stats.median_step_s(steps)
-    assert first.tok_s == stats.tokens_per_s(steps)
+    assert first.median_s == stats.PassStats.of_steps(steps).median_step_s
+    assert first.tok_s == stats.PassStats.of_steps(steps).tokens_per_s
     assert source.build().current == first  # a second refresh reads nothing new
 
 
@@ -61,13 +61,12 @@ def test_the_current_run_splits_the_model_error_by_term_and_says_when_the_host_c
     view = ViewSource(store, home="h", clock=lambda: NOW).build().current
     c = stepmodel.for_run(store, ids["r200"])
     # r200's main pass computes 20 % slower (fwd_bwd 1.2 s) than its baseline (1.0 s),
-    # and its uploads and host optimizer per offloaded layer are 60 % and 50 % slower:
-    # the same work, so the host's too, and the rest of the model is apart from them.
-    assert view.error == c.error
+    # every step alike (an interval of 0): the same work, so the host's, and the rest
+    # of the model is apart from it.
+    assert view.error == c.error and view.interval == c.interval
     assert view.error_terms.startswith(c.error_terms().split(", ")[0])
-    assert view.host_notice == (f"host changed: compute +20.0 % (spread 0.0 %), upload +60.0 % "
-                                f"(spread 0.0 %), host_optim +50.0 % (spread 0.0 %), rest of the "
-                                f"model {c.error_without(['fwd_bwd', 'upload', 'host_optim']) * 100:+.1f} %")
+    assert view.host_notice == (f"host changed: compute +20.0 % (±0.0 %), rest of the "
+                                f"model {c.error_of_rest * 100:+.1f} %")
 
 
 def test_an_interleaved_running_run_refits_the_model_as_its_baseline_grows(store):
@@ -121,7 +120,7 @@ def test_a_step_stored_after_the_seal_is_plotted_and_in_the_medians(store, ids):
     view = source.build().current
     assert (view.step, view.loss.points) == (61, 61)
     steps = store.steps(run)
-    assert view.median_s == stats.median_step_s(steps)
+    assert view.median_s == stats.PassStats.of_steps(steps).median_step_s
 
 
 def test_a_running_pass_is_first_read_from_the_plots_ingest_kept_not_step_by_step(store, ids):
@@ -147,7 +146,7 @@ def test_a_running_pass_is_first_read_from_the_plots_ingest_kept_not_step_by_ste
                           for n in range(131, 141)])
     view = source.build().current
     assert (view.step, view.loss.points) == (140, 140)
-    assert view.median_s == stats.median_step_s(store.steps(run))
+    assert view.median_s == stats.PassStats.of_steps(store.steps(run)).median_step_s
 
 
 def test_points_taken_a_bucket_at_a_time_are_the_points_appended_one_by_one():

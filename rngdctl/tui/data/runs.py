@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from daemon import stats, stepmodel
@@ -132,12 +133,16 @@ class RunViews(Predictions):
             events=events, started=run.get("started"), ended=run.get("ended"),
             exit_reason=run.get("exit_reason"), log_path=run.get("log_path"),
             error_terms=_top_terms(compared.error_terms()) if compared else None,
-            host_notice=(compared.short_notice() or compared.short_busy_notice())
-            if compared else None,
+            host_notice=compared.short_notice() if compared else None,
+            interval=_finite(compared.interval) if compared else None,
             output=output.model_words(found, finished=run["status"] in FINISHED),
             resumes=output.resumes_words(found), held_out=held.plot.series(),
             held_out_loss=held.last_loss, held_out_step=held.last if held.last >= 0 else None,
         )
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def _baseline_steps(config: dict) -> int | None:

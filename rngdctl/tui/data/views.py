@@ -108,8 +108,9 @@ class RunView:
     exit_reason: str | None
     log_path: str | None
     #: The step model's error by term ("fwd_bwd -3.1 %, ...") and, when the compute
-    #: term moved beyond the passes' spread, the sentence saying the host changed.
+    #: term moved outside its 95 % interval, the sentence saying the host changed.
     error_terms: str | None = None
+    interval: float | None = None  # the error's 95 % interval, half-width (``Comparison``)
     host_notice: str | None = None
     #: The run's output (daemon/run/output.py): its model folder in words, how often it
     #: resumed and what that cost; the held-out losses (eval records) and the newest.

@@ -68,8 +68,12 @@ def summary_text(view: RunView, now: float) -> Text:
     text.append(f" · {num(view.tok_s, ',.0f')} tok/s · model {num(view.model_s, '.3f', ' s')}"
                 f" · error ")
     text.append(percent(view.error), "bold")
+    # The verdict's 95 % interval (as show and the note give it), then the error by term.
+    within = f" ±{view.interval * 100:.1f} % at 95 %," if view.interval is not None else ""
     if view.error_terms:
-        text.append(f"\nerror by term: {view.error_terms}", "dim")
+        text.append(f"\nerror{within} by term: {view.error_terms}", "dim")
+    elif within:
+        text.append(f"\nerror{within.rstrip(',')}", "dim")
     if view.host_notice:
         text.append(f"\n! {view.host_notice}", "yellow")
     if view.output:
