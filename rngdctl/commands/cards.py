@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import click
@@ -18,14 +19,13 @@ _INTERNAL = ("counters",)
 def _local_holders(config, proc: str) -> dict:
     """The holder scan without Kubernetes: /proc alone, no launcher and no store (what the
     local launcher's report gives, and quicker to start)."""
-    import socket
-
     from daemon import holders
     from daemon.probes import read_host
 
     now = time.time()
     host = read_host(tuple(config.gates.device_globs), proc=proc, now=now)
-    found = holders.correlate(host, node=socket.gethostname(), pods=None, uids={},
+    # uname's node name is what socket.gethostname() returns, without socket's import.
+    found = holders.correlate(host, node=os.uname().nodename, pods=None, uids={},
                               idle_since={}, now=now)
     return {"time": now, "holders": [r.as_dict() for r in found.rows]}
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import click
@@ -65,6 +64,8 @@ def daemon(home, launcher, tick, exit_when_idle, **k8s_flags):
 
     Example: rngdctl daemon --launcher local --tick 2 --exit-when-idle
     """
+    import logging  # here, not at the top: `cards` and `holders` import this module
+
     from daemon.scheduler import Daemon, install_signal_handlers
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
