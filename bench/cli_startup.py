@@ -1,6 +1,7 @@
-"""Wall time of `rngdctl submit`, `runs` and `show` against `python -c pass`, as median ratios.
+"""Wall time of `rngdctl submit`, `runs`, `show` and `cards` against `python -c pass`, as
+median ratios.
 
-Target (issues 2 and 28): each at most 4x, for rngdctl as installed. Run:
+Target (issues 2, 27 and 28): each at most 4x, for rngdctl as installed. Run:
 
     .venv/bin/python bench/cli_startup.py [--rounds 11]
 
@@ -16,7 +17,10 @@ editable install, so the checkout's own __pycache__ (or its absence) changes not
 Each round times `python -c pass` and the three commands back to back, so machine noise hits
 all of them; a command's ratio is the median over rounds of its time over that round's
 `python -c pass`. The home holds one queued run (what `submit` made): `runs` and `show`
-walk the queue's estimates, and `show` reads a run with no step-model row.
+walk the queue's estimates, and `show` reads a run with no step-model row. `cards` runs
+twice, furiosa-smi's child process and the holder scan included: with the installed
+furiosa-smi 2026.4 binding (on a host without a card: one line, exit 1) and with the
+8-card stand-in of tests/smi_fakes.py (exit 0).
 """
 
 from __future__ import annotations
@@ -36,13 +40,19 @@ from pathlib import Path
 TARGET = 4.0
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("rngdctl", "daemon", "trainer")
+sys.path.insert(0, str(REPO / "tests"))
+
+from smi_fakes import card, fake_binding
 
 
-def wall(argv: list[str], cwd: Path, env: dict) -> float:
+def wall(argv: list[str], cwd: Path, env: dict, exits=(0,)) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   cwd=cwd, env=env, timeout=60)
-    return time.perf_counter() - start
+    done = subprocess.run(argv, check=False, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, cwd=cwd, env=env, timeout=60)
+    elapsed = time.perf_counter() - start
+    if done.returncode not in exits:
+        raise SystemExit(f"{' '.join(argv[2:])} exited {done.returncode}")
+    return elapsed
 
 
 def cpu_name() -> str:
@@ -65,19 +75,26 @@ def copy_project(into: Path, *, compiled: bool) -> Path:
     return into
 
 
-def measure(project: Path, home: str, rounds: int, env: dict) -> dict[str, tuple[float, float]]:
+def measure(project: Path, home: str, rounds: int, env: dict,
+            stand_in: Path) -> dict[str, tuple[float, float]]:
     """Per command: (median seconds, median ratio to ``python -c pass``)."""
     rngdctl = [sys.executable, "-m", "rngdctl", "--home", home]
+    with_cards = {**env, "PYTHONPATH": str(stand_in)}
+    # name: (argv, environment, the exit codes it may end with)
     commands = {
-        "rngdctl submit": [*rngdctl, "submit", "--cards", "1", "--resident", "0"],
-        "rngdctl runs": [*rngdctl, "runs"],
-        "rngdctl show": [*rngdctl, "show", "1"],
+        "rngdctl submit": ([*rngdctl, "submit", "--cards", "1", "--resident", "0"], env, (0,)),
+        "rngdctl runs": ([*rngdctl, "runs"], env, (0,)),
+        "rngdctl show": ([*rngdctl, "show", "1"], env, (0,)),
+        # 1: no card (this host), or furiosa-smi not installed: its one line either way.
+        "rngdctl cards": ([*rngdctl, "cards"], env, (0, 1)),
+        "cards, 8 stand-in": ([*rngdctl, "cards"], with_cards, (0,)),
     }
     bare = [sys.executable, "-c", "pass"]
     rows = []
     for _ in range(rounds):
         base = wall(bare, project, env)
-        rows.append((base, {name: wall(argv, project, env) for name, argv in commands.items()}))
+        rows.append((base, {name: wall(argv, project, command_env, exits)
+                            for name, (argv, command_env, exits) in commands.items()}))
     out = {"python -c pass": (statistics.median(r[0] for r in rows), 1.0)}
     for name in commands:
         out[name] = (statistics.median(r[1][name] for r in rows),
@@ -93,6 +110,7 @@ def main() -> int:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        stand_in = fake_binding(tmp / "smi", [card(i, occupied=[0, 1]) for i in range(8)])
         for condition, compiled in (("installed", True), ("from source", False)):
             project = copy_project(tmp / condition.replace(" ", "-"), compiled=compiled)
             env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -101,7 +119,7 @@ def main() -> int:
             # First use creates the home, the database and run 1 (not timed).
             wall([sys.executable, "-m", "rngdctl", "--home", home, "submit", "--cards", "1",
                   "--resident", "0"], project, env)
-            results[condition] = measure(project, home, args.rounds, env)
+            results[condition] = measure(project, home, args.rounds, env, stand_in)
     print(f"{cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}; {args.rounds} rounds "
           "each")
@@ -111,7 +129,7 @@ def main() -> int:
                                  if condition == "installed" else
                                  " (no bytecode: every module compiled on each start)"))
         for name, (seconds, ratio) in rows.items():
-            line = f"  {name:<16} median {seconds * 1000:7.1f} ms"
+            line = f"  {name:<18} median {seconds * 1000:7.1f} ms"
             if name != "python -c pass":
                 line += f"   ratio {ratio:.2f}x"
                 if condition == "installed":
