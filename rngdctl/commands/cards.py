@@ -7,8 +7,7 @@ import time
 
 import click
 
-from rngdctl.commands.daemon import k8s_options
-from rngdctl.options import echo_json, json_option, with_home
+from rngdctl.options import echo_json, json_option, k8s_options, with_home
 
 COLUMNS = ("CARD", "ALIVE", "TEMP", "AMBIENT", "POWER", "UTIL", "MEMORY", "CORES", "THROTTLE",
            "HEALTH", "PID", "POD", "RUN")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from rngdctl.options import echo_json, fmt, json_option, with_home
+from rngdctl.options import echo_json, fmt, json_option, k8s_options, with_home
 
 
 def _build(home, launcher_name: str | None, store, config):
@@ -34,18 +34,6 @@ def _note_writer(config):
         return write_note(store, [run_id], folder, k8s=config.k8s)
 
     return write
-
-
-def k8s_options(fn):
-    """--context, --namespace, --node and --image, for the k8s launcher."""
-    for option in reversed([
-        click.option("--context", help="kubeconfig context (k8s launcher)."),
-        click.option("--namespace", help="Namespace for Jobs (k8s launcher)."),
-        click.option("--node", help="The node with the cards (k8s launcher)."),
-        click.option("--image", help="Default trainer image (k8s launcher)."),
-    ]):
-        fn = option(fn)
-    return fn
 
 
 @click.command()

@@ -28,10 +28,11 @@ STEP_MODEL = {"daemon.stepmodel.fit", "daemon.stepmodel.compare", "daemon.stepmo
               "daemon.stepmodel.runs"}
 NOTIFIER = {"daemon.notify"}
 #: What `cards` has no use for with the local launcher: the store (it reads no run), the
-#: Kubernetes pod readers (no pod list), the daemon's logging, and socket (the host name
-#: comes from uname).
+#: Kubernetes pod readers (no pod list), the daemon command's module and logging, and
+#: socket (the host name comes from uname).
 CARDS_LEAVE_OUT = {"daemon.store", "sqlite3", "daemon.k8s.cluster", "daemon.k8s.jobspec",
-                   "hashlib", "logging", "socket"} | STEP_MODEL | NOTIFIER
+                   "hashlib", "rngdctl.commands.daemon", "logging",
+                   "socket"} | STEP_MODEL | NOTIFIER
 
 
 def loaded_by(home, *command: str, env: dict | None = None) -> set[str]:
