@@ -5,6 +5,7 @@ binding reading synthetic cards where a user namespace can be made."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import inspect
 import json
@@ -50,6 +51,21 @@ def test_without_the_package_the_line_says_how_to_install_it():
     assert reading.why.startswith("furiosa-smi is not installed (ModuleNotFoundError: ")
     assert reading.why.endswith("pip install furiosa-smi (rngdctl's extra: "
                                 "pip install 'rngdctl[smi]')")
+
+
+def test_the_child_finds_the_binding_where_this_process_would(tmp_path, monkeypatch):
+    # The child starts without site (-S, issue 27's start-up) and takes this process's
+    # path: a stand-in put ahead of the installed binding there, and named nowhere else
+    # (no PYTHONPATH), is the one it reads.
+    binding = fake_binding(tmp_path, [card(0), card(1)])
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.syspath_prepend(str(binding))
+    found = importlib.machinery.PathFinder.find_spec("furiosa_smi", sys.path)
+    assert found.origin.startswith(str(binding))  # this process would import the stand-in
+
+    reading = smi.CardReader().read()
+
+    assert (reading.why, [c["uuid"] for c in reading.cards]) == (None, ["f1d0-0000", "f1d0-0001"])
 
 
 @pytest.mark.parametrize("owner, names", smi.READINGS.items())
