@@ -9,6 +9,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import json
+import math
 import os
 import subprocess
 import sys
@@ -111,6 +112,20 @@ def test_the_stand_in_calls_what_the_real_module_calls_and_keeps_what_it_keeps(t
 
 
 # === values, through the stand-in ============================================
+
+
+def test_the_childs_line_carries_any_text_and_any_float_the_binding_gives(tmp_path):
+    # The child writes its JSON line itself (no json module: its import of re doubled the
+    # child's start-up): quotes, backslashes, control characters, any Unicode, NaN, inf.
+    odd = 'npu "0" \\ tab\t nul\x00 é 温度 𝄞'
+    site = fake_binding(tmp_path, [card(0, uuid=odd, soc_peak=float("nan"),
+                                        ambient=float("-inf"), power_w=-0.0,
+                                        fail={"firmware_version": odd})])
+    [npu0] = smi.CardReader(env=_env(site)).read().cards
+
+    assert (npu0["uuid"], npu0["errors"]) == (odd, {"firmware": f"IoError: {odd}"})
+    assert math.isnan(npu0["temp_c"]) and npu0["ambient_c"] == -math.inf
+    assert str(npu0["power_w"]) == "-0.0"
 
 
 def test_each_cards_readings_come_from_the_binding_in_a_child_process(tmp_path):
