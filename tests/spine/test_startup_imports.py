@@ -27,6 +27,8 @@ from trainer import records
 STEP_MODEL = {"daemon.stepmodel.fit", "daemon.stepmodel.compare", "daemon.stepmodel.pairing",
               "daemon.stepmodel.runs"}
 NOTIFIER = {"daemon.notify"}
+#: The run statistics and the stdlib's (with fractions, decimal and random: about 9 ms).
+STATISTICS = {"daemon.stats", "statistics"}
 #: What `cards` has no use for with the local launcher: the store (it reads no run), the
 #: Kubernetes pod readers (no pod list), the daemon command's module and logging, and
 #: socket (the host name comes from uname).
@@ -90,6 +92,16 @@ def test_submit_runs_and_show_load_neither_the_step_model_nor_the_notifier(
 
     assert "daemon.store" in loaded  # the probe saw the command run
     assert loaded & (STEP_MODEL | NOTIFIER) == set()
+
+
+@pytest.mark.parametrize("command", [["runs"], ["runs", "--json"]])
+def test_runs_loads_no_statistics_while_no_run_has_steps(home, queued_run, command):
+    # The queued run's estimate looks for a baseline of its model, and finds no run with
+    # steps: it needs neither the medians nor the step model.
+    loaded = loaded_by(home, *command)
+
+    assert "daemon.estimate" in loaded  # the probe saw the queue estimated
+    assert loaded & STATISTICS == set()
 
 
 @pytest.mark.parametrize("cards", [0, 8])
