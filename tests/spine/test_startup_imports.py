@@ -94,10 +94,11 @@ def test_submit_runs_and_show_load_neither_the_step_model_nor_the_notifier(
     assert loaded & (STEP_MODEL | NOTIFIER) == set()
 
 
-@pytest.mark.parametrize("command", [["runs"], ["runs", "--json"]])
-def test_runs_loads_no_statistics_while_no_run_has_steps(home, queued_run, command):
+@pytest.mark.parametrize("command", [["runs"], ["runs", "--json"], ["show", "1"],
+                                     ["show", "1", "--json"]])
+def test_runs_and_show_load_no_statistics_while_no_run_has_steps(home, queued_run, command):
     # The queued run's estimate looks for a baseline of its model, and finds no run with
-    # steps: it needs neither the medians nor the step model.
+    # steps; no daemon has checked the run's gates: nothing needs the medians.
     loaded = loaded_by(home, *command)
 
     assert "daemon.estimate" in loaded  # the probe saw the queue estimated
