@@ -1,7 +1,9 @@
-"""TUI frame time with a 100,000-step run: each refresh must render in at most 50 ms.
+"""TUI frame time with a 100,000-step run and the cards panel: each refresh must render in
+at most 40 ms of CPU (issue 27; issue 12's target, without the panel, was 50 ms).
 
     .venv/bin/python bench/tui_frame_time.py [--steps 100000] [--frames 30]
         [--eval-every 100] [--plots plotext,textual-plot] [--profile 40] [--cards 8]
+        [--hog N]
 
 ``--plots ...,textual-plot`` needs the ``bench`` extra: ``.venv/bin/pip install -e '.[bench]'``.
 
@@ -22,6 +24,8 @@ Plots are downsampled to each bucket's minimum and maximum; the plot titles
 say how many steps stand behind their points. Exits 1 when the frame median
 or its 95th percentile, in CPU time of the UI thread, is above the target
 (the wall time is printed too: on a shared machine it counts the neighbours).
+``--hog N`` measures loaded: N busy-looping processes, each in a session of its
+own (as another user's work), run while the frames are measured.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from daemon.home import Home
 from rngdctl.tui.series import PLOT_BUCKETS
 from trainer import records
 
-TARGET_MS = 50.0
+TARGET_MS = 40.0
 PHASES = {"fwd_bwd": 1.2, "upload": 0.4, "download": 0.2, "host_optim": 2.4,
           "device_optim": 0.2, "wait": 0.03}
 SHAPE = {"layers": 32, "cards": 2, "seq_len": 512, "accum": 4}
@@ -191,6 +195,8 @@ def main() -> int:
     parser.add_argument("--cards", type=int, default=8,
                         help="cards with readings in the store, shown by the cards panel "
                              "(0: none, the panel hidden)")
+    parser.add_argument("--hog", type=int, metavar="N", default=0,
+                        help="busy-looping processes beside the measurement (a loaded run)")
     parser.add_argument("--profile", type=int, metavar="N", default=0,
                         help="cProfile the UI thread's frames (timed too, so slower) and "
                              "print the N functions with the most cumulative time per widget")
@@ -212,19 +218,27 @@ def main() -> int:
         home, run_id = build_home(Path(tmp) / "home", args.steps, now, args.eval_every,
                                   args.cards)
         build_s = time.perf_counter() - t
-        print(f"store with {args.steps:,} steps built in {build_s:.1f} s")
-        for i, plot in enumerate(args.plots.split(",")):
-            profile = cProfile.Profile() if args.profile else None
-            r = asyncio.run(measure(home, run_id, args.steps + i * args.frames, args.frames,
-                                    now, plot, profile, evals=args.eval_every > 0,
-                                    cards=args.cards))
-            print(f"--- plot widget: {plot}")
-            ok &= report(r, args)
-            if profile is not None:
-                out = io.StringIO()
-                pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(
-                    args.profile)
-                print(out.getvalue())
+        print(f"store with {args.steps:,} steps built in {build_s:.1f} s; "
+              f"load average {os.getloadavg()[0]:.1f}; {args.hog} hog processes")
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                 start_new_session=True) for _ in range(args.hog)]
+        try:
+            for i, plot in enumerate(args.plots.split(",")):
+                profile = cProfile.Profile() if args.profile else None
+                r = asyncio.run(measure(home, run_id, args.steps + i * args.frames, args.frames,
+                                        now, plot, profile, evals=args.eval_every > 0,
+                                        cards=args.cards))
+                print(f"--- plot widget: {plot}")
+                ok &= report(r, args)
+                if profile is not None:
+                    out = io.StringIO()
+                    pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(
+                        args.profile)
+                    print(out.getvalue())
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
     return 0 if ok else 1
 
 

@@ -9,7 +9,6 @@ and ``show`` start fast.
 from __future__ import annotations
 
 import importlib
-import sqlite3
 import sys
 
 import click
@@ -79,10 +78,6 @@ def main(argv=None):
     except RngdctlError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except sqlite3.Error as exc:
-        # The store was fine when opened but failed later (locked too long, disk full).
-        click.echo(f"Error: the store failed: {exc}", err=True)
-        sys.exit(1)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(1)
@@ -93,7 +88,20 @@ def main(argv=None):
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:
+        if not _store_error(exc):
+            raise
+        # The store was fine when opened but failed later (locked too long, disk full).
+        click.echo(f"Error: the store failed: {exc}", err=True)
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) and not isinstance(code, bool) else 0)
+
+
+def _store_error(exc: Exception) -> bool:
+    """Whether ``exc`` is sqlite3's. Looked up, not imported: a command that never opened
+    the store (``cards``) has not loaded sqlite3, and cannot have raised its error."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return sqlite3 is not None and isinstance(exc, sqlite3.Error)
 
 
 def usage_line(exc: click.ClickException) -> str:

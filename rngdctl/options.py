@@ -32,6 +32,18 @@ def with_home(fn):
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
+def k8s_options(fn):
+    """--context, --namespace, --node and --image, for the k8s launcher."""
+    for option in reversed([
+        click.option("--context", help="kubeconfig context (k8s launcher)."),
+        click.option("--namespace", help="Namespace for Jobs (k8s launcher)."),
+        click.option("--node", help="The node with the cards (k8s launcher)."),
+        click.option("--image", help="Default trainer image (k8s launcher)."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
 def _clean(value):
     # JSON has no NaN: print it as null so that any JSON reader can load the output.
     if isinstance(value, float) and not math.isfinite(value):

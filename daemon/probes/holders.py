@@ -19,10 +19,13 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from daemon.launchers.k8s import cluster, jobspec
 from daemon.probes import cgroups
 from daemon.probes.cgroups import UNREADABLE
 from daemon.probes.host_reading import HostReading
+
+# daemon.launchers.k8s (cluster, jobspec) is imported where a pod is read: without Kubernetes
+# (`rngdctl cards` on a local host) no pod is, and its regexes, dataclasses and hashlib
+# cost that command's start-up about 14 ms (issue 27).
 
 #: Seconds a card pod may hold no device file before it is reported as a phantom.
 PHANTOM_AFTER = 600.0
@@ -120,6 +123,8 @@ def _pod_name(pod: dict) -> str:
 
 def pod_job(pod: dict) -> str | None:
     """The Job that owns a pod: its owner reference, else the Job labels."""
+    from daemon.launchers.k8s import jobspec
+
     meta = _meta(pod)
     for owner in meta.get("ownerReferences") or []:
         if owner.get("kind") == "Job":
@@ -131,6 +136,8 @@ def pod_job(pod: dict) -> str | None:
 
 def pod_run(pod: dict) -> int | None:
     """The rngdctl run a pod belongs to, when rngdctl made it."""
+    from daemon.launchers.k8s import jobspec
+
     labels = _meta(pod).get("labels") or {}
     if labels.get(jobspec.MANAGED_BY) != jobspec.MANAGER:
         return None
@@ -153,6 +160,8 @@ def _holder_row(holder, node, uid, pods_by_uid, have_pods: bool, api_note: str |
     pod = pods_by_uid.get(uid)
     if pod is None:
         return HolderRow(**base, orphan=f"pod {uid} no longer exists")
+    from daemon.launchers.k8s import cluster
+
     row = {**base, "pod": _pod_name(pod), "job": pod_job(pod), "run": pod_run(pod)}
     if cluster.pod_cards(pod) == 0:
         return HolderRow(**row, orphan=f"pod {_pod_name(pod)} requests no cards")
@@ -171,13 +180,16 @@ def correlate(host: HostReading, *, node: str | None, pods: list[dict] | None,
     a pod whose processes could not be inspected is not known to be idle.
     """
     have_pods = pods is not None
-    live = [p for p in pods or [] if not cluster.is_terminated(p)]
-    by_uid = {_meta(p).get("uid"): p for p in live if _meta(p).get("uid")}
-    rows = [_holder_row(h, node, uids.get(h.pid), by_uid, have_pods, api_note)
-            for h in host.holders]
     if not have_pods:
+        rows = [_holder_row(h, node, uids.get(h.pid), {}, False, api_note) for h in host.holders]
         # Without a pod list nothing is known about idle pods: keep the memory as it is.
         return Correlation(tuple(rows), dict(idle_since))
+    from daemon.launchers.k8s import cluster
+
+    live = [p for p in pods if not cluster.is_terminated(p)]
+    by_uid = {_meta(p).get("uid"): p for p in live if _meta(p).get("uid")}
+    rows = [_holder_row(h, node, uids.get(h.pid), by_uid, True, api_note)
+            for h in host.holders]
     held = {uids.get(h.pid) for h in host.holders}
     memory: dict[str, float] = {}
     for pod in live:

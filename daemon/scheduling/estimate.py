@@ -19,7 +19,6 @@ estimated cost ~15 ms a tick to walk again, for the same answer).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass
 
 from daemon.errors import RngdctlError
@@ -49,7 +48,9 @@ def overhead_s(store) -> tuple[float, str]:
              if run.get("started") is not None and run.get("ended") is not None]
     if not ended:
         return 0.0, "no start-up measured yet (no done run)"
-    from daemon import stats  # only here: `runs` before any run is done loads no statistics
+    import statistics  # only here: `runs` before any run is done loads no statistics
+
+    from daemon import stats
 
     # stats.step_seconds: sealed once the run is done.
     extra = [max(0.0, run["ended"] - run["started"] - stats.step_seconds(store, run["id"]))

@@ -22,8 +22,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from daemon import stats, stepmodel
+from daemon import stepmodel
 from daemon.errors import BadInput, ModelFitError
+from daemon.store import STEADY_FIRST
 
 _CARD = re.compile(r"(?:npu|rngd)(\d+)")
 
@@ -119,7 +120,9 @@ def host_memory_gb() -> float | None:
 
 def find_baseline(store, model: str) -> int:
     """The newest run of ``model`` whose all-offload pass has steady steps (6-N)."""
-    needed = stats.WARMUP_STEPS + 1
+    # The store's STEADY_FIRST (stats.WARMUP_STEPS + 1), not daemon.stats: `runs` asks
+    # this of every queued run, and loads no statistics before any run has steps.
+    needed = STEADY_FIRST
     for run in store.runs():
         if str(run["config"].get("model")) != model or not store.step_counts(run["id"]):
             continue  # a run with no steps has no baseline: no need to load the step model

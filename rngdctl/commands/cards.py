@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import click
 
-from rngdctl.commands.daemon import k8s_options
-from rngdctl.options import echo_json, json_option, with_home
+from rngdctl.options import echo_json, json_option, k8s_options, with_home
 
 COLUMNS = ("CARD", "ALIVE", "TEMP", "AMBIENT", "POWER", "UTIL", "MEMORY", "CORES", "THROTTLE",
            "HEALTH", "PID", "POD", "RUN")
@@ -18,14 +18,13 @@ _INTERNAL = ("counters",)
 def _local_holders(config, proc: str) -> dict:
     """The holder scan without Kubernetes: /proc alone, no launcher and no store (what the
     local launcher's report gives, and quicker to start)."""
-    import socket
-
     from daemon.probes import holders
     from daemon.probes.host_reading import read_host
 
     now = time.time()
     host = read_host(tuple(config.gates.device_globs), proc=proc, now=now)
-    found = holders.correlate(host, node=socket.gethostname(), pods=None, uids={},
+    # uname's node name is what socket.gethostname() returns, without socket's import.
+    found = holders.correlate(host, node=os.uname().nodename, pods=None, uids={},
                               idle_since={}, now=now)
     return {"time": now, "holders": [r.as_dict() for r in found.rows]}
 

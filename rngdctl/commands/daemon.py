@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import click
 
-from rngdctl.options import echo_json, fmt, json_option, with_home
+from rngdctl.options import echo_json, fmt, json_option, k8s_options, with_home
 
 
 def _build(home, launcher_name: str | None, store, config):
@@ -37,18 +36,6 @@ def _note_writer(config):
     return write
 
 
-def k8s_options(fn):
-    """--context, --namespace, --node and --image, for the k8s launcher."""
-    for option in reversed([
-        click.option("--context", help="kubeconfig context (k8s launcher)."),
-        click.option("--namespace", help="Namespace for Jobs (k8s launcher)."),
-        click.option("--node", help="The node with the cards (k8s launcher)."),
-        click.option("--image", help="Default trainer image (k8s launcher)."),
-    ]):
-        fn = option(fn)
-    return fn
-
-
 @click.command()
 @click.option("--launcher", type=click.Choice(["local", "k8s"]),
               help="Where runs go (default: config.toml's [daemon] launcher, else local).")
@@ -65,6 +52,8 @@ def daemon(home, launcher, tick, exit_when_idle, **k8s_flags):
 
     Example: rngdctl daemon --launcher local --tick 2 --exit-when-idle
     """
+    import logging  # here, not at the top: `cards` and `holders` import this module
+
     from daemon.scheduling.loop import Daemon, install_signal_handlers
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,

@@ -6,8 +6,8 @@ import time
 
 import click
 
-from rngdctl.commands.daemon import _build, _k8s_overrides, k8s_options
-from rngdctl.options import echo_json, json_option, with_home
+from rngdctl.commands.daemon import _build, _k8s_overrides
+from rngdctl.options import echo_json, json_option, k8s_options, with_home
 
 COLUMNS = ("NODE", "CARD", "PID", "USER", "AGE", "POD", "JOB", "RUN", "MARK", "COMMAND")
 

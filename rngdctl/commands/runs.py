@@ -199,13 +199,19 @@ def _estimate_text(e) -> str:
 
 def run_details(store, run_ref, live) -> dict:
     """Everything ``show`` prints, as data; ``live``: the daemon's Liveness."""
-    from daemon import stats
     from daemon.run import output
     from daemon.store import ACTIVE, QUEUED
 
     run = store.run(run_ref)
-    numbers = {label: stats.pass_stats(store, run["id"], label)
-               for label in sorted(store.step_counts(run["id"]))}
+    counts, all_checks = store.step_counts(run["id"]), store.gate_checks(run_id=run["id"])
+    numbers, load_range = {}, None
+    if counts or all_checks:
+        # Loaded only where there is something to compute: a queued run that no daemon
+        # has checked yet has no steps and no checks (about 5 ms of start-up).
+        from daemon import stats
+
+        numbers = {label: stats.pass_stats(store, run["id"], label) for label in sorted(counts)}
+        load_range = stats.gate_load_range(all_checks)
     passes = {label: p.summary(run["config"]["steps"] if label == "main" else None).as_dict()
               for label, p in numbers.items()}
     checks = store.gate_checks(run_id=run["id"], limit=5)
@@ -250,7 +256,7 @@ def run_details(store, run_ref, live) -> dict:
         "after": waiting_for(store, run),
         "passes": passes,
         "gate_checks": checks,
-        "pre_submit_load_range": stats.gate_load_range(store.gate_checks(run_id=run["id"])),
+        "pre_submit_load_range": load_range,
         "load_range": store.sample_load_range(run["id"]),
         "cards": store.card_ranges(run["id"]),
         "events": store.events(run_id=run["id"], limit=20),

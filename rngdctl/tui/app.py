@@ -58,6 +58,7 @@ from rngdctl.tui.widgets import (
     ReplicasBar,
     RunDetailScreen,
 )
+from rngdctl.tui.widgets._update import set_if_changed
 
 REFRESH_S = 1.0
 #: Seconds a run's start, finish, failure or cleared gates stays on screen as a toast.
@@ -227,9 +228,9 @@ class RngdApp(WriteActions, App[None]):
         self.query_one(EventsPanel).show(snapshot.daemon_events)
         self._ring(snapshot)
         current = snapshot.current
-        self.query_one(CurrentRunPanel).border_title = (
+        set_if_changed(self.query_one(CurrentRunPanel), "border_title", (
             "[1] current run" + (f" {run_label({'id': current.run_id, 'name': current.name})}"
-                                 if current else ""))
+                                 if current else "")))
 
     def _ring(self, snapshot: Snapshot) -> None:
         """The bell once and a toast each for the runs' start, finish, failure and cleared

@@ -1,4 +1,5 @@
 import json
+import sqlite3
 import subprocess
 import sys
 
@@ -123,3 +124,13 @@ def test_a_file_that_is_not_a_database_is_one_line_and_left_alone(rngdctl, home)
     assert code == 1
     assert err.startswith("Error: cannot open the store") and "not a database" in err
     assert home.db_path.read_text() == "not a database"
+
+
+def test_a_store_that_fails_after_it_opened_is_one_line(rngdctl, home):
+    # A trigger refuses every new run, as a full disk would: the store opens, then fails.
+    rngdctl("runs")  # creates the store
+    with sqlite3.connect(home.db_path) as db:
+        db.execute("CREATE TRIGGER full BEFORE INSERT ON runs "
+                   "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+    code, out, err = rngdctl("submit", "--cards", "1", "--resident", "0")
+    assert (code, out, err) == (1, "", "Error: the store failed: database or disk is full\n")

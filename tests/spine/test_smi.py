@@ -5,9 +5,11 @@ binding reading synthetic cards where a user namespace can be made."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import inspect
 import json
+import math
 import os
 import subprocess
 import sys
@@ -50,6 +52,21 @@ def test_without_the_package_the_line_says_how_to_install_it():
     assert reading.why.startswith("furiosa-smi is not installed (ModuleNotFoundError: ")
     assert reading.why.endswith("pip install furiosa-smi (rngdctl's extra: "
                                 "pip install 'rngdctl[smi]')")
+
+
+def test_the_child_finds_the_binding_where_this_process_would(tmp_path, monkeypatch):
+    # The child starts without site (-S, issue 27's start-up) and takes this process's
+    # path: a stand-in put ahead of the installed binding there, and named nowhere else
+    # (no PYTHONPATH), is the one it reads.
+    binding = fake_binding(tmp_path, [card(0), card(1)])
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.syspath_prepend(str(binding))
+    found = importlib.machinery.PathFinder.find_spec("furiosa_smi", sys.path)
+    assert found.origin.startswith(str(binding))  # this process would import the stand-in
+
+    reading = smi.CardReader().read()
+
+    assert (reading.why, [c["uuid"] for c in reading.cards]) == (None, ["f1d0-0000", "f1d0-0001"])
 
 
 @pytest.mark.parametrize("owner, names", smi.READINGS.items())
@@ -95,6 +112,20 @@ def test_the_stand_in_calls_what_the_real_module_calls_and_keeps_what_it_keeps(t
 
 
 # === values, through the stand-in ============================================
+
+
+def test_the_childs_line_carries_any_text_and_any_float_the_binding_gives(tmp_path):
+    # The child writes its JSON line itself (no json module: its import of re doubled the
+    # child's start-up): quotes, backslashes, control characters, any Unicode, NaN, inf.
+    odd = 'npu "0" \\ tab\t nul\x00 é 温度 𝄞'
+    site = fake_binding(tmp_path, [card(0, uuid=odd, soc_peak=float("nan"),
+                                        ambient=float("-inf"), power_w=-0.0,
+                                        fail={"firmware_version": odd})])
+    [npu0] = smi.CardReader(env=_env(site)).read().cards
+
+    assert (npu0["uuid"], npu0["errors"]) == (odd, {"firmware": f"IoError: {odd}"})
+    assert math.isnan(npu0["temp_c"]) and npu0["ambient_c"] == -math.inf
+    assert str(npu0["power_w"]) == "-0.0"
 
 
 def test_each_cards_readings_come_from_the_binding_in_a_child_process(tmp_path):

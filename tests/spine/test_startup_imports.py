@@ -1,18 +1,22 @@
-"""What `submit`, `runs` and `show` load: the step model only when they use it (issue 28).
+"""What `submit`, `runs` and `show` load: the step model only when they use it (issue 28);
+what `cards` loads: neither the store nor the Kubernetes code on a local host (issue 27).
 
-Each command runs in a fresh interpreter and reports the project modules it loaded. The
-step model's fit, comparison and pairing (and the statistics they read) cost these commands
-about 40 ms of start-up, the notifier's threads and subprocesses 18 ms; bench/cli_startup.py
-measures the start-up itself.
+Each command runs in a fresh interpreter and reports the modules it loaded. The step
+model's fit, comparison and pairing (and the statistics they read) cost these commands
+about 40 ms of start-up, the notifier's threads and subprocesses 18 ms; the Kubernetes
+pod readers (their regexes and hashlib) and sqlite3 about 18 ms of `cards`;
+bench/cli_startup.py measures the start-up itself.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
+from smi_fakes import card, fake_binding
 
 from tests.conftest import REPO
 from tests.stepmodel.synthetic_logs import make_pass
@@ -23,10 +27,19 @@ from trainer import records
 STEP_MODEL = {"daemon.stepmodel.fit", "daemon.stepmodel.compare", "daemon.stepmodel.pairing",
               "daemon.stepmodel.runs"}
 NOTIFIER = {"daemon.scheduling.notify"}
+#: The run statistics and the stdlib's (with fractions, decimal and random: about 9 ms).
+STATISTICS = {"daemon.stats", "statistics"}
+#: What `cards` has no use for with the local launcher: the store (it reads no run), the
+#: Kubernetes pod readers (no pod list), the daemon command's module and logging, and
+#: socket (the host name comes from uname).
+CARDS_LEAVE_OUT = {"daemon.store", "sqlite3", "daemon.launchers.k8s.cluster",
+                   "daemon.launchers.k8s.jobspec",
+                   "hashlib", "rngdctl.commands.daemon", "logging",
+                   "socket"} | STEP_MODEL | NOTIFIER
 
 
-def loaded_by(home, *command: str) -> set[str]:
-    """The project's modules in sys.modules after ``rngdctl --home HOME COMMAND``."""
+def loaded_by(home, *command: str, env: dict | None = None) -> set[str]:
+    """The modules in sys.modules after ``rngdctl --home HOME COMMAND``."""
     probe = (
         "import json, sys\n"
         "from rngdctl.cli import main\n"
@@ -34,11 +47,11 @@ def loaded_by(home, *command: str) -> set[str]:
         f"    main({['--home', str(home.path), *command]!r})\n"
         "except SystemExit:\n"
         "    pass\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('daemon', 'rngdctl', 'trainer'))))\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         cwd=REPO, check=True, timeout=60).stdout
+                         cwd=REPO, check=True, timeout=60,
+                         env={**os.environ, **(env or {})}).stdout
     return set(json.loads(out.strip().splitlines()[-1]))
 
 
@@ -80,6 +93,30 @@ def test_submit_runs_and_show_load_neither_the_step_model_nor_the_notifier(
 
     assert "daemon.store" in loaded  # the probe saw the command run
     assert loaded & (STEP_MODEL | NOTIFIER) == set()
+
+
+@pytest.mark.parametrize("command", [["runs"], ["runs", "--json"], ["show", "1"],
+                                     ["show", "1", "--json"]])
+def test_runs_and_show_load_no_statistics_while_no_run_has_steps(home, queued_run, command):
+    # The queued run's estimate looks for a baseline of its model, and finds no run with
+    # steps; no daemon has checked the run's gates: nothing needs the medians.
+    loaded = loaded_by(home, *command)
+
+    assert "daemon.scheduling.estimate" in loaded  # the probe saw the queue estimated
+    assert loaded & STATISTICS == set()
+
+
+@pytest.mark.parametrize("cards", [0, 8])
+def test_cards_loads_neither_the_store_nor_the_kubernetes_code_on_a_local_host(
+        home, tmp_path, cards):
+    # 0: the installed binding, no card on this host (or not installed); 8: the stand-in.
+    env = {"PYTHONPATH": str(fake_binding(tmp_path, [card(i) for i in range(cards)]))} \
+        if cards else None
+    loaded = loaded_by(home, "cards", env=env)
+
+    assert {"daemon.probes.smi", "daemon.probes.holders"} <= loaded  # the probe saw the command read
+    assert ("rngdctl.card_units" in loaded) == bool(cards)  # and print the cards it found
+    assert loaded & CARDS_LEAVE_OUT == set()
 
 
 def test_show_loads_the_step_model_for_a_run_with_a_model_row(home, measured_run):

@@ -1,5 +1,5 @@
-"""Updating a Static only when what it shows changed, so that an unchanged panel
-is not re-rendered on every refresh."""
+"""Updating a Static, or a panel's border title, only when what it shows changed, so
+that an unchanged panel is not re-rendered on every refresh."""
 
 from __future__ import annotations
 
@@ -15,3 +15,13 @@ def update_if_changed(static: Static, renderable, key=_UNSET) -> None:
         return
     static._rngdctl_shown = key
     static.update(renderable)
+
+
+def set_if_changed(widget, attr: str, value) -> None:
+    """``setattr(widget, attr, value)`` unless ``value`` is what was set last: setting a
+    border title or subtitle repaints the panel even when it is the same."""
+    key = f"_rngdctl_{attr}"
+    if getattr(widget, key, _UNSET) == value:
+        return
+    setattr(widget, key, value)
+    setattr(widget, attr, value)

@@ -8,7 +8,6 @@ from textual.widgets import Static
 
 from rngdctl import card_units as units
 from rngdctl.tui.data import CardRow, ago
-from rngdctl.tui.widgets._update import update_if_changed
 
 COLUMNS = ("card", "temp", "power", "util", "memory", "held")
 GIB = float(1 << 30)
@@ -73,8 +72,12 @@ class CardsPanel(Static, can_focus=True):
         if not rows:
             return
         nodes = len({r.node for r in rows})
-        update_if_changed(self, table_text([_cells(r, nodes) for r in rows]),
-                          key=tuple(_cells(r, nodes) for r in rows))
+        # Each row's cells made once, and the table only when they changed: a new
+        # reading comes every 10 s, a refresh more often.
+        cells = tuple(_cells(r, nodes) for r in rows)
+        if cells != getattr(self, "_cells_shown", None):
+            self._cells_shown = cells
+            self.update(table_text(list(cells)))
         throttling = sum(1 for r in rows if any(t != "Idle" for t in r.throttle))
         dead = sum(1 for r in rows if r.alive is False)
         text = f"{len(rows)} card{'s' if len(rows) != 1 else ''}"

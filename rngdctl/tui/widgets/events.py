@@ -9,6 +9,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from rngdctl.tui.data import EventRow
+from rngdctl.tui.widgets._update import set_if_changed, update_if_changed
 
 
 def event_text(row: EventRow, width: int = 100) -> str:
@@ -24,5 +25,5 @@ class EventsPanel(Vertical):
 
     def show(self, rows: tuple[EventRow, ...]) -> None:
         text = "\n".join(event_text(r) for r in rows) or "no daemon event stored yet"
-        self.query_one("#events-text", Static).update(text)
-        self.border_subtitle = "rngdctl events for all"
+        update_if_changed(self.query_one("#events-text", Static), text)
+        set_if_changed(self, "border_subtitle", "rngdctl events for all")

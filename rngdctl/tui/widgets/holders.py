@@ -8,6 +8,7 @@ from textual.widgets import DataTable
 
 from rngdctl.tui.data import HolderRow, ago
 from rngdctl.tui.widgets._table import sync_rows
+from rngdctl.tui.widgets._update import set_if_changed
 
 COLUMNS = ("pid", "user", "age", "card", "pod", "run", "mark", "command")
 
@@ -46,10 +47,11 @@ class HoldersPanel(Vertical):
             for r in chosen
         ])
         if sampled_at is None:
-            self.border_subtitle = "no host sample yet"
+            set_if_changed(self, "border_subtitle", "no host sample yet")
         else:
             held = _counts(rows)
-            self.border_subtitle = f"{held} · sampled {ago(now - sampled_at)} ago"
+            set_if_changed(self, "border_subtitle",
+                           f"{held} · sampled {ago(now - sampled_at)} ago")
 
 
 def _counts(rows: tuple[HolderRow, ...]) -> str:

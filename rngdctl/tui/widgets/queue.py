@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Static
 
 from rngdctl.tui.data import QueueRow, ago, status_text
 from rngdctl.tui.widgets._table import selected_key, sync_rows
-from rngdctl.tui.widgets._update import update_if_changed
+from rngdctl.tui.widgets._update import set_if_changed, update_if_changed
 
 COLUMNS = ("pos", "run", "state", "start", "end", "cards", "resident", "steps", "model", "age")
 
@@ -73,11 +73,12 @@ class QueuePanel(Vertical):
             for r in chosen
         ])
         if not chosen:
-            self.border_subtitle = "empty" if not rows else "no run matches the filter"
+            set_if_changed(self, "border_subtitle",
+                           "empty" if not rows else "no run matches the filter")
         else:
             unestimated = sum(1 for r in chosen if r.start is None)
-            self.border_subtitle = f"{len(chosen)} queued" + (
-                f", {unestimated} without estimate" if unestimated else "")
+            set_if_changed(self, "border_subtitle", f"{len(chosen)} queued" + (
+                f", {unestimated} without estimate" if unestimated else ""))
         self._show_basis()
 
     @on(DataTable.RowHighlighted, "#queue-table")

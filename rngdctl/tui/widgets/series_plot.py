@@ -10,7 +10,8 @@ a dependency (the ``bench`` extra installs it to measure it).
 
 from __future__ import annotations
 
-from textual.app import ComposeResult
+from rich.text import Text
+from textual.app import ComposeResult, RenderResult
 from textual.containers import Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
@@ -33,18 +34,39 @@ def points_note(series: Series) -> str:
 
 class SeriesPlot(PlotextPlot):
     """Plots a Series; an optional horizontal line marks the model's prediction, and an
-    optional second series (the held-out loss) is drawn over it as points."""
+    optional second series (the held-out loss) is drawn over it as points.
+
+    plotext is the costliest part of a frame, and on most refreshes only the title
+    changes (its step count: one more step), not a point: the last build is kept, and a
+    title of the same length is put in its place (plotext places a title by its length
+    alone) or, where plotext had no room to draw it, changes nothing and is not drawn
+    again. Any other change builds the plot anew."""
+
+    _shown = None
+    _plotted = None  # what plotext draws besides the title: the points and the line
+    _title = ""
+    #: The last build: (what was plotted, size, plotext theme, its title, its ANSI text).
+    _built: tuple | None = None
 
     def show(self, title: str, series: Series, *, line: float | None = None,
              second: Series | None = None) -> None:
         key = (title, series, line, second)
-        if key == getattr(self, "_shown", None):
-            return  # plotext is the costliest part of a frame: only redraw on new data
+        if key == self._shown:
+            return
         self._shown = key
+        self._title = f"{title} · {points_note(series)}"
+        plotted = (series.x, series.y, line, (second.x, second.y) if second else None)
+        if plotted == self._plotted:
+            self.plt.title(self._title)  # for the next full build
+            if self._retitled() == (self._built[4] if self._built else None):
+                return  # the title has no room in the plot: nothing on screen changes
+            self.refresh()
+            return
+        self._plotted = plotted
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.title(f"{title} · {points_note(series)}")
+        plt.title(self._title)
         if series.x:
             plt.plot(list(series.x), list(series.y), marker="hd", color="cyan")
             if line is not None:
@@ -52,6 +74,35 @@ class SeriesPlot(PlotextPlot):
         if second is not None and second.x:
             plt.scatter(list(second.x), list(second.y), marker="●", color=HELD_OUT_COLOR)
         self.refresh()
+
+    def _retitled(self) -> str | None:
+        """The last build with the current title in place of its own, where only the title
+        changed since and has the same length (None otherwise). plotext draws the title in
+        one run of one colour on its own row, where it fits, so it is found once or not at
+        all (no room: the build is the same)."""
+        if self._built is None:
+            return None
+        plotted, size, theme, title, ansi = self._built
+        if (plotted != self._plotted or size != tuple(self.size)
+                or theme != self._get_plotext_theme_name(self.app.theme)
+                or len(title) != len(self._title)):
+            return None
+        found = ansi.count(title)
+        if found > 1:
+            return None
+        return ansi.replace(title, self._title) if found else ansi
+
+    def render(self) -> RenderResult:
+        ansi = self._retitled()
+        if ansi is None:
+            # textual-plotext's own render (PlotextPlot.render), keeping the ANSI text.
+            self._plot.plotsize(self.size.width, self.size.height)
+            self._plot._set_size(self.size.width, self.size.height)
+            self._plot.theme(self._get_plotext_theme_name(self.app.theme))
+            ansi = self._plot.build()
+        self._built = (self._plotted, tuple(self.size),
+                       self._get_plotext_theme_name(self.app.theme), self._title, ansi)
+        return Text.from_ansi(ansi)
 
 
 class NativeSeriesPlot(Vertical):
