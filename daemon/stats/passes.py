@@ -200,7 +200,7 @@ def _ordered(n: int, at) -> dict:
 
 def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float | None]:
     """(median step seconds, tokens per second) over steps 6-N of a stored pass, from its
-    aggregates: what ``SteadyMedians`` gives, without reading the steps."""
+    aggregates, without reading the steps (the TUI, each refresh)."""
     sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
     p = None if sealed is None else PassStats.from_sealed(sealed)
     n_steady = store.pass_counts(run_id, label)[1] if p is None else 0
