@@ -134,18 +134,14 @@ class PassStats:
         )
 
 
-def pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> PassStats:
+def pass_stats(store, run_id: int, label: str) -> PassStats:
     """A pass's numbers: a finished run's from its sealed row (``seal``), a running run's
     from order statistics off the indexes, each walked from the nearest marker ingest keeps
-    (``live_pass_stats``). ``last``: only steps 6-``last`` (an interleaved run's window),
-    read as steps."""
-    if last is None:
-        sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
-        p = None if sealed is None else PassStats.from_sealed(
-            sealed, last=store.last_step(run_id, label), at=_sorted_reader(store, run_id, label))
-        if p is not None:
-            return p
-    return live_pass_stats(store, run_id, label, last=last)
+    (``live_pass_stats``)."""
+    sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
+    p = None if sealed is None else PassStats.from_sealed(
+        sealed, last=store.last_step(run_id, label), at=_sorted_reader(store, run_id, label))
+    return p if p is not None else live_pass_stats(store, run_id, label)
 
 
 def _sorted_reader(store, run_id: int, label: str):
@@ -154,13 +150,8 @@ def _sorted_reader(store, run_id: int, label: str):
     return at
 
 
-def live_pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> PassStats:
+def live_pass_stats(store, run_id: int, label: str) -> PassStats:
     """``pass_stats`` computed now from the indexes and markers, whatever is sealed."""
-    if last is not None:
-        window = store.steps_until(run_id, label, last)
-        if store.pass_counts(run_id, label)[1]:  # steps 6-N exist: the window is 6-last
-            window = [s for s in window if s["step"] > WARMUP_STEPS]
-        return PassStats.of_steps(window)
     n, n_steady = store.pass_counts(run_id, label)
     if not n_steady:  # nothing past warm-up: a handful of steps, read them
         return PassStats.of_steps(store.steps(run_id, label))

@@ -56,7 +56,7 @@ _MODULES = {
     "memory": ("CARD_GB", "HOST_BYTES", "HOST_PLAYS_CARD", "OFFLOADED_BYTES",
                "RESIDENT_BYTES", "MemoryCheck", "card_bytes", "card_gb_for", "host_bytes",
                "host_memory_check", "host_plays_cards", "memory_check"),
-    "pairing": ("paired", "paired_medians", "paired_window"),
+    "pairing": ("paired", "paired_window"),
     "runs": ("Answer", "Baseline", "baseline_of", "for_run", "hardware_of", "model_config",
              "terms_for_run"),
     "shape": ("Shape", "blocks", "check_placement"),
