@@ -184,7 +184,7 @@ def test_the_step_model_from_the_store_is_the_model_from_the_decoded_steps(store
     baseline, main = store.steps(run, records.BASELINE), store.steps(run, records.MAIN)
     want = stepmodel.compare(stepmodel.predict(stepmodel.fit(baseline,
                                                              baseline_label=f"run {run} baseline"),
-                                               stepmodel.Shape.of_steps(main)), main)
+                                               stepmodel.Shape.of_step(main[-1])), main)
     got = stepmodel.for_run(store, run)
     assert got.as_dict() == want.as_dict()
 
