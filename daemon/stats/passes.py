@@ -72,11 +72,11 @@ class PassStats:
     _NOT_SEALED = ("last", "_sorted", "_tokens_absent")
     _TUPLES = ("iqr_step_s", "fwd_bwd_iqr", "nonfinite_kinds", "step_span")
 
-    def sealed(self, tokens_absent: int) -> dict:
-        """What ``seal`` stores (a JSON object); ``tokens_absent``: steady 0-token steps."""
+    def sealed(self) -> dict:
+        """What ``seal`` stores (a JSON object) of stats ``live_pass_stats`` gave."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name not in self._NOT_SEALED}
-        return {**out, "tokens_absent": tokens_absent}
+        return {**out, "tokens_absent": self._tokens_absent}
 
     @classmethod
     def from_sealed(cls, value: dict, *, last: dict | None = None,
@@ -195,11 +195,10 @@ def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float 
     sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
     p = None if sealed is None else PassStats.from_sealed(sealed)
     n_steady = store.pass_counts(run_id, label)[1] if p is None else 0
-    if p is None and not n_steady:
-        p = PassStats.of_steps(store.steps(run_id, label))
-    if p is not None:
-        return p.median_step_s, p.tokens_per_s
-    at = _sorted_reader(store, run_id, label)
-    median_s = median_of_sorted(n_steady, lambda o, c: at("step_s", o, c))
-    tokens = median_of_sorted(n_steady, lambda o, c: at("tokens", o, c))
-    return median_s, (tokens / median_s if median_s and median_s > 0 else None)
+    if n_steady:  # running: the two medians off the indexes, not all of live_pass_stats
+        at = _sorted_reader(store, run_id, label)
+        median_s = median_of_sorted(n_steady, lambda o, c: at("step_s", o, c))
+        tokens = median_of_sorted(n_steady, lambda o, c: at("tokens", o, c))
+        return median_s, (tokens / median_s if median_s and median_s > 0 else None)
+    p = p or PassStats.of_steps(store.steps(run_id, label))
+    return p.median_step_s, p.tokens_per_s
