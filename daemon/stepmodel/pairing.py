@@ -12,7 +12,7 @@ from daemon.stepmodel.fit import SPLIT, Prediction, predict_step
 def paired(baseline_steps: list[dict], main_steps: list[dict], block: int,
            prediction: Prediction | None = None) -> tuple[dict, dict]:
     """The main pass's median step and phases measured against the baseline block by block,
-    and the standard error of each (``compare``'s ``paired`` and ``paired_se``).
+    and the standard error of each (``compare``'s ``paired``).
 
     Block k of each pass ran next to the other's block k, on the same host. Each
     pair's steps are divided by the pair's level (the geometric mean of the two

@@ -92,16 +92,15 @@ def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
         return None
     prediction = predict(terms, Shape.of_step(main.last))
     window = paired_window(_pass_config(store, run_id, MAIN), baseline)
-    measured, medians, errors, block = main, None, None, 0
+    measured, pairs, block = main, None, 0
     if window:  # interleaved: the main steps that ran beside the baseline's, read as steps
         last, block = window
         beside = store.steps_until(run_id, MAIN, last)
         if store.pass_counts(run_id, MAIN)[1]:  # steps 6-N exist: the window is 6-last
             beside = [s for s in beside if s["step"] > stats.WARMUP_STEPS]
         measured = stats.PassStats.of_steps(beside)
-        medians, errors = paired(store.steps_until(run_id, BASELINE, last), beside, block,
-                                 prediction)
-    return compare(prediction, measured, interleave=block, paired=medians, paired_se=errors)
+        pairs = paired(store.steps_until(run_id, BASELINE, last), beside, block, prediction)
+    return compare(prediction, measured, interleave=block, paired=pairs)
 
 
 @dataclass(frozen=True)
