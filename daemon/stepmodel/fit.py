@@ -1,4 +1,4 @@
-"""The model's form (the package docstring): its terms fitted from a baseline pass, and the
+"""The model's form (docs/design.md, "Form"): its terms fitted from a baseline pass, and the
 prediction of any config."""
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ class Prediction:
 
 
 def _form(v: dict[str, float], b: Shape, target: Shape) -> dict[str, float]:
-    """The form (package docstring) with the terms' values ``v`` (by ``Terms`` field):
+    """The form (docs/design.md, "Form") with the terms' values ``v`` (by ``Terms`` field):
     ``target``'s phases."""
     work = (target.tokens / b.tokens) * (target.layers / b.layers)
     off = target.offloaded
@@ -279,7 +279,7 @@ def _form(v: dict[str, float], b: Shape, target: Shape) -> dict[str, float]:
 
 
 def predict(terms: Terms, target: Shape) -> Prediction:
-    """The step time of ``target`` from ``terms``: the form in the package docstring."""
+    """The step time of ``target`` from ``terms``: the form (``_form``)."""
     b = terms.baseline
     phases = _form({f: getattr(terms, f).seconds for f in _TERMS}, b, target)
     tokens = terms.baseline_tokens * target.tokens / b.tokens
