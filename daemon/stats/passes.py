@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from functools import partial
 
 from daemon.stats.order import median, median_of_sorted, quartiles_of_sorted
 from daemon.stats.steps import WARMUP_STEPS, Drift, RunSummary, steady
@@ -56,7 +57,7 @@ class PassStats:
         if self._tokens_absent == 0 and self.median_tokens is not None:
             return float(self.median_tokens)  # no 0-token step: the plain median
         return float(median_of_sorted(
-            self.steady, lambda o, c: self._sorted("tokens", o, c, float(default))))
+            self.steady, lambda o, c: self._sorted("tokens", o, c, absent_as=float(default))))
 
     def summary(self, steps_total: int | None = None) -> RunSummary:
         return RunSummary(self.steps, steps_total, self.median_step_s, self.iqr_step_s,
@@ -140,14 +141,8 @@ def pass_stats(store, run_id: int, label: str) -> PassStats:
     (``live_pass_stats``)."""
     sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
     p = None if sealed is None else PassStats.from_sealed(
-        sealed, last=store.last_step(run_id, label), at=_sorted_reader(store, run_id, label))
+        sealed, last=store.last_step(run_id, label), at=partial(store.steady_sorted, run_id, label))
     return p if p is not None else live_pass_stats(store, run_id, label)
-
-
-def _sorted_reader(store, run_id: int, label: str):
-    def at(column, offset, count, absent_as=None):
-        return store.steady_sorted(run_id, label, column, offset, count, absent_as=absent_as)
-    return at
 
 
 def live_pass_stats(store, run_id: int, label: str) -> PassStats:
@@ -156,7 +151,7 @@ def live_pass_stats(store, run_id: int, label: str) -> PassStats:
     if not n_steady:  # nothing past warm-up: a handful of steps, read them
         return PassStats.of_steps(store.steps(run_id, label))
 
-    at = _sorted_reader(store, run_id, label)
+    at = partial(store.steady_sorted, run_id, label)
     first, last = store.steady_span(run_id, label)
     slowest_s, slowest_step = store.slowest_steady_step(run_id, label)
     first_loss, last_loss = store.end_losses(run_id, label)
@@ -178,13 +173,14 @@ def live_pass_stats(store, run_id: int, label: str) -> PassStats:
 
 def _ordered(n: int, at) -> dict:
     """A pass's order statistics over its ``n`` steady steps, read through ``at(column,
-    offset, count, absent_as)``: one path for the store's indexes and for decoded steps."""
+    offset, count, absent_as=)``: one path for the store's indexes and for decoded steps."""
     def med(column, absent_as=None):
-        return median_of_sorted(n, lambda o, c: at(column, o, c, absent_as))
+        return median_of_sorted(n, lambda o, c: at(column, o, c, absent_as=absent_as))
 
     return {"median_step_s": med("step_s"),
             "iqr_step_s": quartiles_of_sorted(n, lambda o, c: at("step_s", o, c)),
-            "fwd_bwd_iqr": quartiles_of_sorted(n, lambda o, c: at("phase_fwd_bwd", o, c, 0.0)),
+            "fwd_bwd_iqr": quartiles_of_sorted(
+                n, lambda o, c: at("phase_fwd_bwd", o, c, absent_as=0.0)),
             "median_tokens": med("tokens"),
             "phase_medians": {p: med(f"phase_{p}", 0.0) for p in PASS_PHASES} if n else {}}
 
@@ -196,7 +192,7 @@ def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float 
     p = None if sealed is None else PassStats.from_sealed(sealed)
     n_steady = store.pass_counts(run_id, label)[1] if p is None else 0
     if n_steady:  # running: the two medians off the indexes, not all of live_pass_stats
-        at = _sorted_reader(store, run_id, label)
+        at = partial(store.steady_sorted, run_id, label)
         median_s = median_of_sorted(n_steady, lambda o, c: at("step_s", o, c))
         tokens = median_of_sorted(n_steady, lambda o, c: at("tokens", o, c))
         return median_s, (tokens / median_s if median_s and median_s > 0 else None)
