@@ -21,20 +21,13 @@ from daemon.stats.order import (
     quartiles_of_sorted,
     weighted_quantile,
 )
-from daemon.stats.passes import (
-    PASS_PHASES,
-    PassStats,
-    live_pass_stats,
-    pass_stats,
-    steady_medians,
-)
+from daemon.stats.passes import PassStats, live_pass_stats, pass_stats, steady_medians
 from daemon.stats.sealed import seal, step_seconds
 from daemon.stats.steps import WARMUP_STEPS, Drift, RunSummary, steady
 
 __all__ = [
-    "MAX_LOSS_ROWS", "PASS_PHASES", "WARMUP_STEPS", "Drift", "LossRow", "PassStats",
-    "RunSummary", "gate_load_range", "live_loss_table",
-    "live_pass_stats", "load_range", "loss_ranges", "loss_table_of", "median",
-    "median_of_sorted", "pass_stats", "quartiles", "quartiles_of_sorted", "seal", "steady",
-    "steady_medians", "step_seconds", "weighted_quantile",
+    "MAX_LOSS_ROWS", "WARMUP_STEPS", "Drift", "LossRow", "PassStats", "RunSummary",
+    "gate_load_range", "live_loss_table", "live_pass_stats", "load_range", "loss_ranges",
+    "loss_table_of", "median", "median_of_sorted", "pass_stats", "quartiles", "quartiles_of_sorted",
+    "seal", "steady", "steady_medians", "step_seconds", "weighted_quantile",
 ]

@@ -10,10 +10,7 @@ from functools import partial
 
 from daemon.stats.order import median, median_of_sorted, quartiles_of_sorted
 from daemon.stats.steps import WARMUP_STEPS, Drift, RunSummary, steady
-from trainer import records
-
-#: The phases a pass's aggregates carry (stepmodel's split less "unclaimed").
-PASS_PHASES = records.PHASES
+from trainer.records import PHASES
 
 
 @dataclass(frozen=True)
@@ -99,7 +96,7 @@ class PassStats:
         chosen = steady(steps)
         times = sorted(s["step_s"] for s in chosen)
         phases = {p: sorted(float((s.get("phases") or {}).get(p, 0.0)) for s in chosen)
-                  for p in PASS_PHASES}
+                  for p in PHASES}
         slowest = max(chosen, key=lambda s: s["step_s"], default=None)
         bad = [s for s in steps if s["loss"] is None or not math.isfinite(s["loss"])]
         kinds = {"none" if s["loss"] is None else repr(s["loss"]): s["loss"] for s in bad}
@@ -129,7 +126,7 @@ class PassStats:
             slowest_s=slowest and slowest["step_s"], slowest_step=slowest and slowest["step"],
             early_median_s=median(s["step_s"] for s in chosen if s["step"] <= 25),
             phase_counts={p: sum(1 for s in chosen if p in (s.get("phases") or {}))
-                          for p in PASS_PHASES},
+                          for p in PHASES},
             last=steps[-1] if steps else None,
             _sorted=at,
         )
@@ -157,7 +154,7 @@ def live_pass_stats(store, run_id: int, label: str) -> PassStats:
     first_loss, last_loss = store.end_losses(run_id, label)
     early = store.range_step_s(run_id, label, WARMUP_STEPS + 1, 25)
     nonfinite, nonfinite_first, kinds = store.nonfinite_losses(run_id, label)
-    phase_absent = {p: store.steady_absent(run_id, label, f"phase_{p}") for p in PASS_PHASES}
+    phase_absent = {p: store.steady_absent(run_id, label, f"phase_{p}") for p in PHASES}
     return PassStats(
         steps=n, steady=n_steady, first_step=first, last_step=last, **_ordered(n_steady, at),
         first_loss=first_loss, last_loss=last_loss,
@@ -165,7 +162,7 @@ def live_pass_stats(store, run_id: int, label: str) -> PassStats:
         nonfinite_kinds=tuple(kinds), step_span=store.step_span(run_id, label),
         slowest_s=slowest_s, slowest_step=slowest_step,
         early_median_s=median(early),
-        phase_counts={p: n_steady - phase_absent[p] for p in PASS_PHASES},
+        phase_counts={p: n_steady - phase_absent[p] for p in PHASES},
         last=store.last_step(run_id, label),
         _sorted=at, _tokens_absent=store.steady_absent(run_id, label, "tokens"),
     )
@@ -182,7 +179,7 @@ def _ordered(n: int, at) -> dict:
             "fwd_bwd_iqr": quartiles_of_sorted(
                 n, lambda o, c: at("phase_fwd_bwd", o, c, absent_as=0.0)),
             "median_tokens": med("tokens"),
-            "phase_medians": {p: med(f"phase_{p}", 0.0) for p in PASS_PHASES} if n else {}}
+            "phase_medians": {p: med(f"phase_{p}", 0.0) for p in PHASES} if n else {}}
 
 
 def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float | None]:
