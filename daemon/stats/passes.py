@@ -62,8 +62,6 @@ class PassStats:
                           self.nonfinite_losses)
 
     def drift(self) -> Drift:
-        if not self.steps:
-            return Drift(None, None, None, None)
         return Drift(self.early_median_s, self.median_step_s, self.slowest_s, self.slowest_step)
 
     #: Fields a sealed row does not keep: the newest step is one row to read.
