@@ -22,8 +22,7 @@ MEDIAN_SE = 1.2533 / 1.349
 
 
 def median_se(iqr: tuple[float, float] | None, median: float, n: int) -> float:
-    """A median's standard error relative to it, MEDIAN_SE x IQR / sqrt(n) / median; NaN
-    without quartiles, a positive median or two values to spread."""
+    """A median's standard error, relative to it (NaN without a spread to read)."""
     if iqr is None or median is None or median <= 0 or n < 2:
         return math.nan
     return MEDIAN_SE * (iqr[1] - iqr[0]) / median / math.sqrt(n)
@@ -93,7 +92,6 @@ class Comparison:
 
     @property
     def model_tokens_per_s(self) -> float:
-        """The measured tokens per step over the model's step time."""
         tokens = self.measured_tokens_per_s * self.measured_s
         return tokens / self.model_s if self.model_s > 0 else math.nan
 
