@@ -102,7 +102,7 @@ def run_pair(args, model: str, cards: int, resident: int, workdir: Path) -> Pair
     baseline = [s for s in steps if s["config_label"] == BASELINE]
     main = [s for s in steps if s["config_label"] == MAIN]
     terms = stepmodel.fit(baseline)
-    c = stepmodel.compare(stepmodel.predict(terms, Shape.of_steps(main)), main)
+    c = stepmodel.compare(stepmodel.predict(terms, Shape.of_step(main[-1])), main)
     measured_compute = c.measured_phases["fwd_bwd"]
     given = c.model_s - c.prediction.phases["fwd_bwd"] + measured_compute
     return Pair(model, cards, resident, c.measured_s, c.model_s, c.error, c.iqr, c.split(),

@@ -7,7 +7,7 @@ ran (``train.interleaved_order`` with the run's own block), are one recorded
 series of the host's noise. Replayed, the series is dealt out to two passes
 again in blocks of ``--blocks`` (from every ``--shift``-th position, the
 series wrapped round), the config's steps times ``--ratio`` (a config that
-much faster than the baseline), and ``stepmodel.paired_medians`` gives the
+much faster than the baseline), and ``stepmodel.paired`` gives the
 ratio ``show`` would: its error against the true one is the host's doing
 alone. The step after a switch between the passes stays where it was
 recorded, so blocks other than the recorded one see it out of place.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from daemon.stepmodel import paired_medians
+from daemon import stepmodel
 from daemon.store import Store
 from trainer.records import BASELINE, MAIN
 from trainer.timing import interleaved_order
@@ -52,7 +52,7 @@ def replayed_error(series: list[float], block: int, shift: int, ratio: float) ->
         passes[which].append({"step": len(passes[which]) + 1, "phases": {},
                               "step_s": step_s * (ratio if which else 1.0)})
     base = statistics.median(s["step_s"] for s in passes[0] if s["step"] > 5)
-    return paired_medians(passes[0], passes[1], block)["step_s"] / base / ratio - 1
+    return stepmodel.paired(passes[0], passes[1], block)[0]["step_s"] / base / ratio - 1
 
 
 def main() -> int:

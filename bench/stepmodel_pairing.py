@@ -5,7 +5,7 @@ run in ``train.interleaved_order``; every step has Gaussian noise
 (``--noise``), and with ``--slow F`` every step from run position ``--from``
 to ``--to`` on is F times slower (a hog started there; one run per position
 per ``--repeats``). Each run's error is the one ``stepmodel`` would give:
-the plain medians of steps 6-N of each pass, or ``stepmodel.paired_medians``.
+the plain medians of steps 6-N of each pass, or ``stepmodel.paired``.
 Prints the share of runs outside ``--target`` and the worst |error| of each.
 
     .venv/bin/python bench/stepmodel_pairing.py --slow 2 --from 40 --to 55
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from daemon.stepmodel import paired_medians
+from daemon import stepmodel
 from trainer.timing import interleaved_order
 
 
@@ -34,7 +34,7 @@ def one_run(rng: random.Random, args, slowed_from: int) -> tuple[float, float]:
         passes[which].append({"step": len(passes[which]) + 1, "step_s": t, "phases": {}})
     base, main = ([s["step_s"] for s in p if s["step"] > 5] for p in passes)
     plain = statistics.median(base) / statistics.median(main) - 1
-    paired = statistics.median(base) / paired_medians(*passes, args.block)["step_s"] - 1
+    paired = statistics.median(base) / stepmodel.paired(*passes, args.block)[0]["step_s"] - 1
     return plain, paired
 
 

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from itertools import count
 
 from daemon.stats.order import median, median_of_sorted
 from daemon.stats.steps import WARMUP_STEPS
 
 #: A loss table longer than this widens its ranges after step 100.
 MAX_LOSS_ROWS = 12
-
-
-def _round_widths():
-    scale = 100
-    while True:
-        yield from (scale, 2 * scale, 5 * scale)
-        scale *= 10
 
 
 def loss_ranges(total_steps: int, max_rows: int = MAX_LOSS_ROWS) -> list[tuple[int, int]]:
@@ -29,7 +23,7 @@ def loss_ranges(total_steps: int, max_rows: int = MAX_LOSS_ROWS) -> list[tuple[i
     while bounds[-1] < total_steps:
         bounds.append(bounds[-1] + 50)
     if len(bounds) > max_rows:
-        for width in _round_widths():
+        for width in (m * 10 ** k for k in count(2) for m in (1, 2, 5)):
             ends = [*range(max(width, 200), total_steps, width), total_steps]
             if 3 + len(ends) <= max_rows:
                 break

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from functools import partial
 
 from daemon.stats.order import median, median_of_sorted, quartiles_of_sorted
 from daemon.stats.steps import WARMUP_STEPS, Drift, RunSummary, steady
-from trainer import records
-
-#: The phases a pass's aggregates carry (stepmodel's split less "unclaimed").
-PASS_PHASES = records.PHASES
+from trainer.records import PHASES
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,7 @@ class PassStats:
         if self._tokens_absent == 0 and self.median_tokens is not None:
             return float(self.median_tokens)  # no 0-token step: the plain median
         return float(median_of_sorted(
-            self.steady, lambda o, c: self._sorted("tokens", o, c, float(default))))
+            self.steady, lambda o, c: self._sorted("tokens", o, c, absent_as=float(default))))
 
     def summary(self, steps_total: int | None = None) -> RunSummary:
         return RunSummary(self.steps, steps_total, self.median_step_s, self.iqr_step_s,
@@ -64,19 +62,17 @@ class PassStats:
                           self.nonfinite_losses)
 
     def drift(self) -> Drift:
-        if not self.steps:
-            return Drift(None, None, None, None)
         return Drift(self.early_median_s, self.median_step_s, self.slowest_s, self.slowest_step)
 
     #: Fields a sealed row does not keep: the newest step is one row to read.
     _NOT_SEALED = ("last", "_sorted", "_tokens_absent")
     _TUPLES = ("iqr_step_s", "fwd_bwd_iqr", "nonfinite_kinds", "step_span")
 
-    def sealed(self, tokens_absent: int) -> dict:
-        """What ``seal`` stores (a JSON object); ``tokens_absent``: steady 0-token steps."""
+    def sealed(self) -> dict:
+        """What ``seal`` stores (a JSON object) of stats ``live_pass_stats`` gave."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name not in self._NOT_SEALED}
-        return {**out, "tokens_absent": tokens_absent}
+        return {**out, "tokens_absent": self._tokens_absent}
 
     @classmethod
     def from_sealed(cls, value: dict, *, last: dict | None = None,
@@ -98,7 +94,7 @@ class PassStats:
         chosen = steady(steps)
         times = sorted(s["step_s"] for s in chosen)
         phases = {p: sorted(float((s.get("phases") or {}).get(p, 0.0)) for s in chosen)
-                  for p in PASS_PHASES}
+                  for p in PHASES}
         slowest = max(chosen, key=lambda s: s["step_s"], default=None)
         bad = [s for s in steps if s["loss"] is None or not math.isfinite(s["loss"])]
         kinds = {"none" if s["loss"] is None else repr(s["loss"]): s["loss"] for s in bad}
@@ -128,50 +124,35 @@ class PassStats:
             slowest_s=slowest and slowest["step_s"], slowest_step=slowest and slowest["step"],
             early_median_s=median(s["step_s"] for s in chosen if s["step"] <= 25),
             phase_counts={p: sum(1 for s in chosen if p in (s.get("phases") or {}))
-                          for p in PASS_PHASES},
+                          for p in PHASES},
             last=steps[-1] if steps else None,
             _sorted=at,
         )
 
 
-def pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> PassStats:
+def pass_stats(store, run_id: int, label: str) -> PassStats:
     """A pass's numbers: a finished run's from its sealed row (``seal``), a running run's
     from order statistics off the indexes, each walked from the nearest marker ingest keeps
-    (``live_pass_stats``). ``last``: only steps 6-``last`` (an interleaved run's window),
-    read as steps."""
-    if last is None:
-        sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
-        p = None if sealed is None else PassStats.from_sealed(
-            sealed, last=store.last_step(run_id, label), at=_sorted_reader(store, run_id, label))
-        if p is not None:
-            return p
-    return live_pass_stats(store, run_id, label, last=last)
+    (``live_pass_stats``)."""
+    sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
+    p = None if sealed is None else PassStats.from_sealed(
+        sealed, last=store.last_step(run_id, label), at=partial(store.steady_sorted, run_id, label))
+    return p if p is not None else live_pass_stats(store, run_id, label)
 
 
-def _sorted_reader(store, run_id: int, label: str):
-    def at(column, offset, count, absent_as=None):
-        return store.steady_sorted(run_id, label, column, offset, count, absent_as=absent_as)
-    return at
-
-
-def live_pass_stats(store, run_id: int, label: str, *, last: int | None = None) -> PassStats:
+def live_pass_stats(store, run_id: int, label: str) -> PassStats:
     """``pass_stats`` computed now from the indexes and markers, whatever is sealed."""
-    if last is not None:
-        window = store.steps_until(run_id, label, last)
-        if store.pass_counts(run_id, label)[1]:  # steps 6-N exist: the window is 6-last
-            window = [s for s in window if s["step"] > WARMUP_STEPS]
-        return PassStats.of_steps(window)
     n, n_steady = store.pass_counts(run_id, label)
     if not n_steady:  # nothing past warm-up: a handful of steps, read them
         return PassStats.of_steps(store.steps(run_id, label))
 
-    at = _sorted_reader(store, run_id, label)
+    at = partial(store.steady_sorted, run_id, label)
     first, last = store.steady_span(run_id, label)
     slowest_s, slowest_step = store.slowest_steady_step(run_id, label)
     first_loss, last_loss = store.end_losses(run_id, label)
     early = store.range_step_s(run_id, label, WARMUP_STEPS + 1, 25)
     nonfinite, nonfinite_first, kinds = store.nonfinite_losses(run_id, label)
-    phase_absent = {p: store.steady_absent(run_id, label, f"phase_{p}") for p in PASS_PHASES}
+    phase_absent = {p: store.steady_absent(run_id, label, f"phase_{p}") for p in PHASES}
     return PassStats(
         steps=n, steady=n_steady, first_step=first, last_step=last, **_ordered(n_steady, at),
         first_loss=first_loss, last_loss=last_loss,
@@ -179,7 +160,7 @@ def live_pass_stats(store, run_id: int, label: str, *, last: int | None = None) 
         nonfinite_kinds=tuple(kinds), step_span=store.step_span(run_id, label),
         slowest_s=slowest_s, slowest_step=slowest_step,
         early_median_s=median(early),
-        phase_counts={p: n_steady - phase_absent[p] for p in PASS_PHASES},
+        phase_counts={p: n_steady - phase_absent[p] for p in PHASES},
         last=store.last_step(run_id, label),
         _sorted=at, _tokens_absent=store.steady_absent(run_id, label, "tokens"),
     )
@@ -187,28 +168,28 @@ def live_pass_stats(store, run_id: int, label: str, *, last: int | None = None) 
 
 def _ordered(n: int, at) -> dict:
     """A pass's order statistics over its ``n`` steady steps, read through ``at(column,
-    offset, count, absent_as)``: one path for the store's indexes and for decoded steps."""
+    offset, count, absent_as=)``: one path for the store's indexes and for decoded steps."""
     def med(column, absent_as=None):
-        return median_of_sorted(n, lambda o, c: at(column, o, c, absent_as))
+        return median_of_sorted(n, lambda o, c: at(column, o, c, absent_as=absent_as))
 
     return {"median_step_s": med("step_s"),
             "iqr_step_s": quartiles_of_sorted(n, lambda o, c: at("step_s", o, c)),
-            "fwd_bwd_iqr": quartiles_of_sorted(n, lambda o, c: at("phase_fwd_bwd", o, c, 0.0)),
+            "fwd_bwd_iqr": quartiles_of_sorted(
+                n, lambda o, c: at("phase_fwd_bwd", o, c, absent_as=0.0)),
             "median_tokens": med("tokens"),
-            "phase_medians": {p: med(f"phase_{p}", 0.0) for p in PASS_PHASES} if n else {}}
+            "phase_medians": {p: med(f"phase_{p}", 0.0) for p in PHASES} if n else {}}
 
 
 def steady_medians(store, run_id: int, label: str) -> tuple[float | None, float | None]:
     """(median step seconds, tokens per second) over steps 6-N of a stored pass, from its
-    aggregates: what ``SteadyMedians`` gives, without reading the steps."""
+    aggregates, without reading the steps (the TUI, each refresh)."""
     sealed = store.sealed_aggregates(run_id).get(f"pass:{label}")
     p = None if sealed is None else PassStats.from_sealed(sealed)
     n_steady = store.pass_counts(run_id, label)[1] if p is None else 0
-    if p is None and not n_steady:
-        p = PassStats.of_steps(store.steps(run_id, label))
-    if p is not None:
-        return p.median_step_s, p.tokens_per_s
-    at = _sorted_reader(store, run_id, label)
-    median_s = median_of_sorted(n_steady, lambda o, c: at("step_s", o, c))
-    tokens = median_of_sorted(n_steady, lambda o, c: at("tokens", o, c))
-    return median_s, (tokens / median_s if median_s and median_s > 0 else None)
+    if n_steady:  # running: the two medians off the indexes, not all of live_pass_stats
+        at = partial(store.steady_sorted, run_id, label)
+        median_s = median_of_sorted(n_steady, lambda o, c: at("step_s", o, c))
+        tokens = median_of_sorted(n_steady, lambda o, c: at("tokens", o, c))
+        return median_s, (tokens / median_s if median_s and median_s > 0 else None)
+    p = p or PassStats.of_steps(store.steps(run_id, label))
+    return p.median_step_s, p.tokens_per_s

@@ -17,16 +17,15 @@ def seal(store, run_id: int) -> None:
     steps = store.run_step_total(run_id)
     values: dict = {}
     for label in store.step_counts(run_id):
+        values[f"plots:{label}"] = pass_plots(store, run_id, label).state()  # the TUI's
         if not store.pass_counts(run_id, label)[1]:
             continue  # no steps 6-N: a handful of steps, read as they are
         p = live_pass_stats(store, run_id, label)
-        values[f"pass:{label}"] = p.sealed(store.steady_absent(run_id, label, "tokens"))
+        values[f"pass:{label}"] = p.sealed()
         if label == records.MAIN and p.step_span:
             total = p.step_span[1]  # the note's table: ranges up to the last step
             values[f"loss_table:{label}:{total}"] = [
                 asdict(r) for r in live_loss_table(store, run_id, label, total)]
-    for label in store.step_counts(run_id):  # the TUI's plots of each pass
-        values[f"plots:{label}"] = pass_plots(store, run_id, label).state()
     values["step_seconds"] = store.stepped_seconds(run_id)
     store.seal_aggregates(run_id, values, steps=steps)
 

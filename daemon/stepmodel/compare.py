@@ -22,8 +22,7 @@ MEDIAN_SE = 1.2533 / 1.349
 
 
 def median_se(iqr: tuple[float, float] | None, median: float, n: int) -> float:
-    """A median's standard error relative to it, MEDIAN_SE x IQR / sqrt(n) / median; NaN
-    without quartiles, a positive median or two values to spread."""
+    """A median's standard error, relative to it (NaN without a spread to read)."""
     if iqr is None or median is None or median <= 0 or n < 2:
         return math.nan
     return MEDIAN_SE * (iqr[1] - iqr[0]) / median / math.sqrt(n)
@@ -41,8 +40,8 @@ class Comparison:
     measured_phases: dict  # SPLIT -> median seconds
     interleave: int = 0  # block size when the passes alternated; 0: one after the other
     measured_compute_iqr: tuple[float, float] | None = None  # quartiles of the main's fwd_bwd
-    paired: bool = False  # measured paired block by block with the baseline (``pairing.paired``)
-    #: Interleaved: the standard error of each key's paired ratio (``pairing.paired``).
+    #: Paired block by block with the baseline (``pairing.paired``): the standard error of
+    #: each key's paired ratio.
     paired_se: dict = field(default_factory=dict)
 
     @property
@@ -52,7 +51,7 @@ class Comparison:
                  else f"step {self.first_step}")
         if self.interleave:
             steps += f", interleaved with the baseline in blocks of {self.interleave}"
-        if self.paired:
+        if "step_s" in self.paired_se:
             steps += ", paired block by block"
         return steps
 
@@ -93,7 +92,6 @@ class Comparison:
 
     @property
     def model_tokens_per_s(self) -> float:
-        """The measured tokens per step over the model's step time."""
         tokens = self.measured_tokens_per_s * self.measured_s
         return tokens / self.model_s if self.model_s > 0 else math.nan
 
@@ -171,7 +169,7 @@ class Comparison:
         return {
             "measured_s": self.measured_s, "iqr_s": list(self.iqr), "steps": self.steps,
             "step_range": [self.first_step, self.last_step], "interleave": self.interleave,
-            "paired": self.paired, "window": self.window,
+            "paired": "step_s" in self.paired_se, "window": self.window,
             "model_s": self.model_s, "error": self.error, "interval": _finite(self.interval),
             "measured_tokens_per_s": self.measured_tokens_per_s,
             "model_tokens_per_s": self.model_tokens_per_s,
@@ -196,16 +194,16 @@ def relative_error(model_s: float | None, measured_s: float | None) -> float | N
 
 
 def compare(prediction: Prediction, measured_steps: Steps, *, interleave: int = 0,
-            paired: dict | None = None, paired_se: dict | None = None) -> Comparison:
+            paired: tuple[dict, dict] | None = None) -> Comparison:
     """The prediction against the median of the measured steps 6-N. ``interleave``: the
-    passes alternated in blocks of that many steps; ``paired`` and ``paired_se``
-    (``pairing.paired``) replace the medians they have and give their standard errors."""
+    passes alternated in blocks of that many steps; ``paired`` (``pairing.paired``'s medians
+    and their standard errors) replaces the medians it has."""
     measured = _pass(measured_steps)
     if not measured.steady:
         raise ModelFitError("nothing to compare: the run has no steps")
-    paired = paired or {}
-    median_s = float(paired.get("step_s", measured.median_step_s))
-    phases: dict[str, float] = {p: paired.get(p, measured.phase_medians[p]) for p in SPLIT[:-1]}
+    medians, errors = paired or ({}, {})
+    median_s = float(medians.get("step_s", measured.median_step_s))
+    phases: dict[str, float] = {p: medians.get(p, measured.phase_medians[p]) for p in SPLIT[:-1]}
     phases["unclaimed"] = median_s - sum(phases.values())
     tokens_per_s = (measured.median_tokens / median_s if measured.median_tokens and median_s > 0
                     else measured.tokens_per_s)
@@ -213,8 +211,7 @@ def compare(prediction: Prediction, measured_steps: Steps, *, interleave: int = 
         prediction=prediction, measured_s=median_s, iqr=measured.iqr_step_s,
         steps=measured.steady, first_step=measured.first_step, last_step=measured.last_step,
         measured_tokens_per_s=tokens_per_s or math.nan, measured_phases=phases,
-        interleave=interleave, measured_compute_iqr=measured.fwd_bwd_iqr,
-        paired="step_s" in paired, paired_se=dict(paired_se or {}),
+        interleave=interleave, measured_compute_iqr=measured.fwd_bwd_iqr, paired_se=errors,
     )
 
 

@@ -1,4 +1,4 @@
-"""The model's form (the package docstring): its terms fitted from a baseline pass, and the
+"""The model's form (docs/design.md, "Form"): its terms fitted from a baseline pass, and the
 prediction of any config."""
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ SPLIT = ("fwd_bwd", "upload", "download", "host_optim", "device_optim", "wait", 
 
 #: A term whose source starts with this was not measured.
 ESTIMATED = "estimated"
+#: The ``Terms`` fields that are terms, in display order: what the form reads.
+_TERMS = ("compute", "upload", "download", "host_optim_fixed", "host_optim", "host_optim_call",
+          "device_optim_fixed", "device_optim", "wait", "unclaimed")
+#: Where the host optimizer has no fixed part (no calibration to split it).
+_UNSPLIT = "none: the host optimizer is priced per layer alone"
 
 
 @dataclass(frozen=True)
@@ -60,17 +65,13 @@ class Terms:
     compute_steps: int = 0  # how many steps those quartiles and the medians are over
     #: F: the host optimizer's part that does not grow with the offloaded layers
     #: (the call, the clip norm's reduction, the first touch after the backward).
-    host_optim_fixed: Term = Term("host_optim_fixed", 0.0, "step with offloaded layers",
-                                  "none: the host optimizer is priced per layer alone")
+    host_optim_fixed: Term = Term("host_optim_fixed", 0.0, "step with offloaded layers", _UNSPLIT)
     #: c: the host optimizer call's own cost (calibrated, warm): with no layer
     #: offloaded the call goes, the rest of F moves to the cards' optimizer.
-    host_optim_call: Term = Term("host_optim_call", 0.0, "step with offloaded layers",
-                                 "none: the host optimizer is priced per layer alone")
+    host_optim_call: Term = Term("host_optim_call", 0.0, "step with offloaded layers", _UNSPLIT)
 
     def all(self) -> list[Term]:
-        return [self.compute, self.upload, self.download, self.host_optim_fixed,
-                self.host_optim, self.host_optim_call, self.device_optim_fixed,
-                self.device_optim, self.wait, self.unclaimed]
+        return [getattr(self, f) for f in _TERMS]
 
     def as_dict(self) -> dict:
         return {"baseline": asdict(self.baseline), "baseline_median_s": self.baseline_median_s,
@@ -115,12 +116,6 @@ def edge_params(config: dict | None) -> int | None:
     return vocab * hidden * (1 if config.get("tied_head") else 2) + hidden
 
 
-def calibration(config: dict | None) -> dict:
-    """A pass's optimizer calibration from its start config (``records.OPTIM_CALIBRATION``)."""
-    cal = (config or {}).get(OPTIM_CALIBRATION)
-    return cal if isinstance(cal, dict) else {}
-
-
 def _seconds(cal: dict, key: str) -> float | None:
     v = cal.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
@@ -134,8 +129,7 @@ def _host_optimizer(host_s: float, off: int, cal: dict, where: str) -> tuple[Ter
     that leaves F below 0) the whole phase is priced per layer."""
     per_layer, call = _seconds(cal, "host_per_layer_s"), _seconds(cal, "host_call_s")
     if per_layer is None or per_layer * off > host_s:
-        none = "none: the host optimizer is priced per layer alone (the baseline has no " \
-               "usable optimizer calibration)"
+        none = f"{_UNSPLIT} (the baseline has no usable optimizer calibration)"
         return (Term("host_optim_fixed", 0.0, "step with offloaded layers", none),
                 Term("host_optim", host_s / off, "offloaded layer", where),
                 Term("host_optim_call", 0.0, "step with offloaded layers", none))
@@ -198,7 +192,8 @@ def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
     where = f"{baseline_label}, {_range(base)}"
     off = shape.offloaded
 
-    cal = calibration(baseline_config)
+    cal = (baseline_config or {}).get(OPTIM_CALIBRATION)
+    cal = cal if isinstance(cal, dict) else {}
     host_fixed, host, host_call = _host_optimizer(med["host_optim"], off, cal, where)
     resident = _pass(resident_steps)
     g = _seconds(cal, "device_per_layer_s")
@@ -241,7 +236,6 @@ def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
     )
 
 
-
 @dataclass(frozen=True)
 class Prediction:
     target: Shape
@@ -267,13 +261,8 @@ class Prediction:
                 "estimated_terms": self.estimated_terms, **self.terms.as_dict()}
 
 
-#: The ``Terms`` fields the form reads.
-_TERMS = ("compute", "upload", "download", "host_optim", "host_optim_fixed", "host_optim_call",
-          "device_optim_fixed", "device_optim", "wait", "unclaimed")
-
-
 def _form(v: dict[str, float], b: Shape, target: Shape) -> dict[str, float]:
-    """The form (package docstring) with the terms' values ``v`` (by ``Terms`` field):
+    """The form (docs/design.md, "Form") with the terms' values ``v`` (by ``Terms`` field):
     ``target``'s phases."""
     work = (target.tokens / b.tokens) * (target.layers / b.layers)
     off = target.offloaded
@@ -290,7 +279,7 @@ def _form(v: dict[str, float], b: Shape, target: Shape) -> dict[str, float]:
 
 
 def predict(terms: Terms, target: Shape) -> Prediction:
-    """The step time of ``target`` from ``terms``: the form in the package docstring."""
+    """The step time of ``target`` from ``terms``: the form (``_form``)."""
     b = terms.baseline
     phases = _form({f: getattr(terms, f).seconds for f in _TERMS}, b, target)
     tokens = terms.baseline_tokens * target.tokens / b.tokens

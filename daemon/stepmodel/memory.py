@@ -76,12 +76,8 @@ HOST_PLAYS_CARD = ("cpu", "cpu-compiled", "cpu-perturbed")
 
 def host_bytes(target: Shape, params_per_layer: int, *, edge: int = 0, tied_head: bool = False,
                host_plays_card: bool = False) -> int:
-    """Bytes of host memory the placement needs: offloaded layers' masters, gradients, moments.
-
-    When the host plays the cards (cpu backends) the cards' own bytes are host
-    memory as well. Activations and the process itself are not counted, as in
-    ``card_bytes``.
-    """
+    """Bytes of host memory the placement needs: offloaded layers' masters, gradients, moments,
+    and the cards' own where the host plays them (cpu backends); activations are not counted."""
     need = HOST_BYTES * params_per_layer * target.offloaded
     if host_plays_card:
         need += sum(card_bytes(target, params_per_layer, edge, tied_head))

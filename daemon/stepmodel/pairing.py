@@ -6,19 +6,13 @@ import math
 
 from daemon import stats
 from daemon.stepmodel.compare import median_se
-from daemon.stepmodel.fit import SPLIT, Prediction, Steps, predict_step
-
-
-def paired_medians(baseline_steps: list[dict], main_steps: list[dict], block: int,
-                   prediction: Prediction | None = None) -> dict:
-    """``paired``'s medians: the main's step and phases on the baseline's host."""
-    return paired(baseline_steps, main_steps, block, prediction)[0]
+from daemon.stepmodel.fit import SPLIT, Prediction, predict_step
 
 
 def paired(baseline_steps: list[dict], main_steps: list[dict], block: int,
            prediction: Prediction | None = None) -> tuple[dict, dict]:
     """The main pass's median step and phases measured against the baseline block by block,
-    and the standard error of each (``compare``'s ``paired`` and ``paired_se``).
+    and the standard error of each (``compare``'s ``paired``).
 
     Block k of each pass ran next to the other's block k, on the same host. Each
     pair's steps are divided by the pair's level (the geometric mean of the two
@@ -136,14 +130,8 @@ def _anchor(key: str, prediction: Prediction | None, base: list[dict]) -> float:
                                else (s.get("phases") or {}).get(key, 0.0)) for s in base])
 
 
-def paired_window(main_config: dict | None, baseline_steps: Steps) -> dict:
-    """``compare``'s window for a run whose passes may have been interleaved: then only the
-    main steps beside the baseline's share its host, up to its last step."""
+def paired_window(main_config: dict | None, baseline: stats.PassStats) -> tuple[int, int] | None:
+    """``compare``'s window for a run whose passes may have been interleaved, (the baseline's
+    last step, the block): then only the main steps beside the baseline's share its host."""
     block = int((main_config or {}).get("interleave") or 0)
-    if isinstance(baseline_steps, stats.PassStats):
-        last = baseline_steps.step_span[1] if baseline_steps.step_span else None
-    else:
-        last = max((s["step"] for s in baseline_steps), default=None)
-    if not block or last is None:
-        return {}
-    return {"last": last, "interleave": block}
+    return (baseline.step_span[1], block) if block and baseline.step_span else None

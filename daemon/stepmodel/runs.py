@@ -29,20 +29,12 @@ def _pass_config(store, run_id: int, label: str) -> dict | None:
 
 @dataclass(frozen=True)
 class Baseline:
-    """An all-offload pass in the store: its numbers, start config and a label for sources."""
+    """An all-offload pass in the store: its numbers and start config."""
 
     run_id: int
     label: str  # the pass's config_label
     stats: stats.PassStats  # stats.pass_stats: medians over steps 6-N, its newest step
     config: dict
-
-    @property
-    def source(self) -> str:
-        return f"run {self.run_id} {self.label}"
-
-    @property
-    def backend(self) -> str:
-        return str(self.config.get("backend") or "cpu")
 
 
 def baseline_of(store, run_id: int) -> Baseline | None:
@@ -91,16 +83,16 @@ def for_run(store, run_id: int, *, main: stats.PassStats | None = None,
     if terms is None:
         return None
     prediction = predict(terms, Shape.of_step(main.last))
-    main_config = _pass_config(store, run_id, MAIN)
-    window = paired_window(main_config, baseline)
-    measured, medians, errors = main, None, None
+    window = paired_window(_pass_config(store, run_id, MAIN), baseline)
+    measured, pairs, block = main, None, 0
     if window:  # interleaved: the main steps that ran beside the baseline's, read as steps
-        last, block = window["last"], window["interleave"]
-        measured = stats.pass_stats(store, run_id, MAIN, last=last)
-        medians, errors = paired(store.steps_until(run_id, BASELINE, last),
-                                 store.steps_until(run_id, MAIN, last), block, prediction)
-    return compare(prediction, measured, interleave=window.get("interleave", 0),
-                   paired=medians, paired_se=errors)
+        last, block = window
+        beside = store.steps_until(run_id, MAIN, last)
+        if store.pass_counts(run_id, MAIN)[1]:  # steps 6-N exist: the window is 6-last
+            beside = [s for s in beside if s["step"] > stats.WARMUP_STEPS]
+        measured = stats.PassStats.of_steps(beside)
+        pairs = paired(store.steps_until(run_id, BASELINE, last), beside, block, prediction)
+    return compare(prediction, measured, interleave=block, paired=pairs)
 
 
 @dataclass(frozen=True)
@@ -137,19 +129,21 @@ def model_config(store, baseline_run: int, *, cards: int, resident: int,
             raise ModelFitError(f"cannot fit: run {resident_run} has no main-pass steps")
         resident_steps = stats.pass_stats(store, resident_run, MAIN)
     terms = fit(base.stats, base.config, resident_steps=resident_steps,
-                baseline_label=base.source, resident_label=f"run {resident_run} main")
+                baseline_label=f"run {baseline_run} {base.label}",
+                resident_label=f"run {resident_run} main")
     b = terms.baseline
     target = Shape(layers=b.layers, cards=cards, resident_per_card=resident,
                    accum=accum or b.accum, seq_len=seq_len or b.seq_len,
                    micro_batch=b.micro_batch)
     config = base.config
+    backend = str(config.get("backend") or "cpu")
     kw = {"params_per_layer": _extra(base.stats.last).get("params_per_layer")
           or config.get("params_per_layer"), "edge": edge_params(config) or 0,
           "tied_head": bool(config.get("tied_head"))}
     memory = memory_check(target, **kw,
-                          card_gb=card_gb if card_gb is not None else card_gb_for(base.backend))
+                          card_gb=card_gb if card_gb is not None else card_gb_for(backend))
     host = host_memory_check(target, **kw, host_gb=host_gb,
-                             host_plays_card=host_plays_cards(base.backend)) if check_host else None
+                             host_plays_card=host_plays_cards(backend)) if check_host else None
     return Answer(base, predict(terms, target), memory, host)
 
 

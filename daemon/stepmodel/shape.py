@@ -59,11 +59,6 @@ class Shape:
                 + (f", micro-batch {self.micro_batch}" if self.micro_batch != 1 else ""))
 
     @classmethod
-    def of_steps(cls, steps: list[dict]) -> Shape:
-        """The shape a pass's step records declare (their extra keys)."""
-        return cls.of_step(steps[-1] if steps else None)
-
-    @classmethod
     def of_step(cls, step: dict | None) -> Shape:
         """The shape one step record (a pass's newest) declares."""
         if not step:

@@ -1,11 +1,11 @@
 """Plot series for the TUI: downsampled as a pass grows, and a run's whole loss curve.
 
 ``MinMaxBuckets`` keeps each bucket's minimum and maximum, so a plot has a
-bounded number of points and every spike survives; ``PassSeries`` feeds it
-(and the running medians) only the steps each refresh adds, ``HeldOutSeries`` only
-the held-out losses (eval records) each refresh adds; ``overlay_series``
-smooths a whole loss curve (``rngdctl.tui.smoothing``) and then downsamples it
-for the history's overlay. No Textual here.
+bounded number of points and every spike survives; ``PassSeries`` feeds it only
+the steps each refresh adds, ``HeldOutSeries`` only the held-out losses (eval
+records) each refresh adds; ``overlay_series`` smooths a whole loss curve
+(``rngdctl.tui.smoothing``) and then downsamples it for the history's overlay.
+No Textual here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from daemon import stats
 from daemon.run.plots import PLOT_BUCKETS, MinMaxBuckets, PassPlots, Series
 
 __all__ = ["PLOT_BUCKETS", "HeldOutSeries", "LossCurve", "MinMaxBuckets", "PassSeries", "Series",
@@ -39,33 +38,21 @@ class PassSeries(PassPlots):
     """One pass's steps as read so far; each refresh adds only the new ones.
 
     Keeps what the panels need and nothing that grows per refresh: the last
-    step, the two plots' min/max buckets, and the medians over steps 6-N (over
-    warm-up steps while the run has no others). A pass whose plots the store
+    step and the two plots' min/max buckets. A pass whose plots the store
     kept (sealed when the run ended, or kept at ingest while it runs) starts
-    from them (``restore``) and takes its medians from the store's aggregates
-    (``stored_medians``, set by the caller); otherwise the medians are kept
-    here from every step read.
+    from them (``restore``). The medians over steps 6-N (over warm-up steps
+    while the run has no others) are the store's aggregates, whatever the
+    pass's length (``stats.steady_medians``, set by the caller).
     """
 
     def __init__(self, buckets: int = PLOT_BUCKETS):
         super().__init__(buckets)
-        self._medians = stats.SteadyMedians()
-        self.stored_medians: tuple | None = None  # from the store (restored plots)
+        self.restored = False  # the plots came from the store, not from reading the steps
+        self.medians: tuple[float | None, float | None] = (None, None)
 
     def restore(self, state: dict) -> None:
         super().restore(state)
-        self.stored_medians = (None, None)  # until the caller reads them from the store
-
-    def extend(self, rows: list[tuple]) -> None:
-        super().extend(rows)
-        if rows and self.stored_medians is None:
-            self._medians.add([(step, step_s, tokens) for step, _, step_s, tokens, _ in rows])
-
-    def medians(self) -> tuple[float | None, float | None]:
-        """Median step time and tok/s over steps 6-N (all steps while there are no others)."""
-        if self.stored_medians is not None:
-            return self.stored_medians
-        return self._medians.medians()
+        self.restored = True
 
 
 class HeldOutSeries:

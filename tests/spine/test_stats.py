@@ -1,7 +1,3 @@
-import random
-
-import pytest
-
 from daemon import stats
 
 
@@ -24,19 +20,6 @@ def test_medians_are_over_steps_6_to_n():
 
 def test_a_run_shorter_than_the_warm_up_uses_every_step():
     assert medians(steps_of([3.0, 1.0, 2.0]))[0] == 2.0
-
-
-@pytest.mark.parametrize("batches", [[3], [5, 1, 1], [100, 7, 300], [1] * 20])
-def test_running_medians_agree_with_the_batch_functions(batches):
-    rng = random.Random(sum(batches))
-    steps = steps_of([rng.uniform(0.01, 0.05) for _ in range(sum(batches))],
-                     [rng.choice([120, 128]) for _ in range(sum(batches))])
-    running, fed = stats.SteadyMedians(), 0
-    for size in batches:
-        chunk = steps[fed:fed + size]
-        running.add([(s["step"], s["step_s"], s["tokens"]) for s in chunk])
-        fed += size
-        assert running.medians() == medians(steps[:fed])
 
 
 def test_loss_ranges_follow_the_reference_and_fit_the_run():

@@ -25,7 +25,7 @@ def test_the_error_is_model_minus_measured_over_measured_against_the_median_of_s
 def test_the_spread_is_the_interquartile_range_of_the_same_steps():
     measured = make_pass(label="main")
     c = stepmodel.compare(stepmodel.predict(stepmodel.fit(make_pass()),
-                                            Shape.of_steps(measured)), measured)
+                                            Shape.of_step(measured[-1])), measured)
 
     # Steps 6-20 cycle three times through SPREAD: quartiles at its 2nd and 4th values.
     assert c.iqr == pytest.approx((expected_step_s() * SPREAD[1], expected_step_s() * SPREAD[3]))
@@ -48,7 +48,7 @@ def test_the_split_names_the_phase_that_was_wrong():
 def test_tokens_per_second_are_the_median_tokens_over_the_step_time():
     measured = make_pass(label="main")
     c = stepmodel.compare(stepmodel.predict(stepmodel.fit(make_pass()),
-                                            Shape.of_steps(measured)), measured)
+                                            Shape.of_step(measured[-1])), measured)
 
     assert c.measured_tokens_per_s == pytest.approx(2048 / expected_step_s())
     assert c.model_tokens_per_s == pytest.approx(c.measured_tokens_per_s)
@@ -58,7 +58,7 @@ def test_tokens_per_second_are_the_median_tokens_over_the_step_time():
 def test_the_comparison_as_json_carries_the_numbers_and_the_terms_with_their_sources():
     measured = make_pass(label="main")
     c = stepmodel.compare(stepmodel.predict(stepmodel.fit(make_pass()),
-                                            Shape.of_steps(measured)), measured)
+                                            Shape.of_step(measured[-1])), measured)
 
     d = c.as_dict()
 

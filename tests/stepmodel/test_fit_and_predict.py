@@ -72,7 +72,7 @@ def test_a_config_made_from_the_same_terms_is_predicted_with_zero_error():
     main = make_pass(cards=2, resident_per_card=4, label="main")
     terms = stepmodel.fit(make_pass(cards=2), resident_steps=main)
 
-    c = stepmodel.compare(stepmodel.predict(terms, Shape.of_steps(main)), main)
+    c = stepmodel.compare(stepmodel.predict(terms, Shape.of_step(main[-1])), main)
 
     assert c.error == pytest.approx(0.0, abs=1e-12)
     assert c.measured_s == pytest.approx(c.model_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from synthetic_logs import KNOWN, SPREAD, expected_step_s, make_pass
 
-from daemon import stepmodel
+from daemon import stats, stepmodel
 from daemon.run.spec import INTERLEAVE_BLOCK
 from trainer import records
 
@@ -131,11 +131,12 @@ def test_a_run_whose_passes_ran_one_after_the_other_is_compared_over_all_its_ste
 
 
 def test_paired_window_is_empty_without_interleaving_or_a_baseline():
-    base = [{"step": n} for n in range(1, 11)]
-    assert stepmodel.paired_window({"interleave": 0}, base) == {}
-    assert stepmodel.paired_window(None, base) == {}
-    assert stepmodel.paired_window({"interleave": 5}, []) == {}
-    assert stepmodel.paired_window({"interleave": 5}, base) == {"last": 10, "interleave": 5}
+    base = stats.PassStats.of_steps([{"step": n, "step_s": 1.0, "tokens": 64, "loss": 1.0}
+                                     for n in range(1, 11)])
+    assert stepmodel.paired_window({"interleave": 0}, base) is None
+    assert stepmodel.paired_window(None, base) is None
+    assert stepmodel.paired_window({"interleave": 5}, stats.PassStats.of_steps([])) is None
+    assert stepmodel.paired_window({"interleave": 5}, base) == (10, 5)
 
 
 def test_the_note_says_which_window_the_model_used(store, recorded_run):
@@ -275,7 +276,7 @@ def test_the_default_blocks_keep_bursts_of_host_noise_within_the_quiet_target():
         for _ in range(400):
             baseline, main = bursty(rng, block, ratio=0.8)
             base = statistics.median(s["step_s"] for s in baseline if s["step"] > 5)
-            paired = stepmodel.paired_medians(baseline, main, block)["step_s"] / base
+            paired = stepmodel.paired(baseline, main, block)[0]["step_s"] / base
             out.append(paired / 0.8 - 1)
         return out
 

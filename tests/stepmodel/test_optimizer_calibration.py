@@ -25,7 +25,7 @@ def test_a_calibrated_baseline_predicts_a_config_with_resident_layers_exactly():
     terms = stepmodel.fit(make_pass(FIXED, cards=2), CALIBRATED)
     main = make_pass(FIXED, cards=2, resident_per_card=8, label="main")
 
-    c = stepmodel.compare(stepmodel.predict(terms, Shape.of_steps(main)), main)
+    c = stepmodel.compare(stepmodel.predict(terms, Shape.of_step(main[-1])), main)
 
     assert c.error == pytest.approx(0.0, abs=1e-12)
     # 16 of the 32 layers offloaded: the fixed part stays whole, the per-layer part halves.
@@ -39,7 +39,7 @@ def test_with_every_layer_resident_the_host_optimizers_fixed_part_less_its_call_
     terms = stepmodel.fit(make_pass(FIXED, cards=2), CALIBRATED)
     main = make_pass(FIXED, cards=2, resident_per_card=16, label="main")
 
-    p = stepmodel.predict(terms, Shape.of_steps(main))
+    p = stepmodel.predict(terms, Shape.of_step(main[-1]))
 
     assert p.phases["host_optim"] == 0.0
     assert p.phases["device_optim"] == pytest.approx(
@@ -69,7 +69,7 @@ def test_a_calibration_slower_than_the_baseline_itself_is_not_used():
 
 def test_interleaved_steps_keep_the_calibrated_cost_per_layer_and_take_the_fixed_part_from_each_step():
     terms = stepmodel.fit(make_pass(FIXED, cards=2), CALIBRATED)
-    target = Shape.of_steps(make_pass(FIXED, cards=2, resident_per_card=8, label="main"))
+    target = Shape.of_step(make_pass(FIXED, cards=2, resident_per_card=8, label="main")[-1])
     prediction = stepmodel.predict(terms, target)
     step = make_pass(FIXED, cards=2)[7]  # step 8: the spread's factor 1.00
     step["phases"]["host_optim"] += 0.02  # this step's host optimizer ran 20 ms slower
@@ -131,7 +131,7 @@ def test_where_the_cards_are_the_host_a_card_calibration_slowed_by_the_host_give
     main = make_pass(ON_HOST, cards=2, resident_per_card=16, label="main")
 
     on_cpu = stepmodel.fit(make_pass(ON_HOST, cards=2), {**SLOW_CARD, "backend": "cpu"})
-    c = stepmodel.compare(stepmodel.predict(on_cpu, Shape.of_steps(main)), main)
+    c = stepmodel.compare(stepmodel.predict(on_cpu, Shape.of_step(main[-1])), main)
 
     assert c.error == pytest.approx(0.0, abs=1e-12)
     assert on_cpu.device_optim.seconds == ON_HOST["host_optim"]

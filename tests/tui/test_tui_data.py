@@ -106,7 +106,7 @@ def test_a_sealed_runs_view_is_the_view_read_step_by_step(store, ids):
     assert sealed == read
     assert sealed.loss.points == 130 and len(sealed.loss.x) == 130
     # The plots and medians came from the sealed row, not from reading the steps.
-    assert source._series[(ids["r200"], records.MAIN)].stored_medians is not None
+    assert source._series[(ids["r200"], records.MAIN)].restored
 
 
 def test_a_step_stored_after_the_seal_is_plotted_and_in_the_medians(store, ids):
@@ -140,7 +140,7 @@ def test_a_running_pass_is_first_read_from_the_plots_ingest_kept_not_step_by_ste
     series_reads = [s for s in seen if "FROM steps " in s and "step > " in s]
     assert series_reads and all("step > 130" in s for s in series_reads
                                 if "'main'" in s), series_reads
-    assert source._series[(run, records.MAIN)].stored_medians is not None
+    assert source._series[(run, records.MAIN)].restored
     # Steps that arrive later are plotted and in the medians, as a full read has them.
     store.add_steps(run, [records.Step("main", n, 1.5, 4.5, 128, 1e-5, time=NOW)
                           for n in range(131, 141)])

@@ -1,6 +1,6 @@
 """Summaries of exp.py's samples: per variant, the main's fwd_bwd over the baseline's
 (plain medians of steps 6-40; true value 0, the configs are the same), and over all
-samples the step-time error with plain medians against stepmodel.paired_medians.
+samples the step-time error with plain medians against stepmodel.paired.
 
     python analyse.py steps.jsonl.gz
 """
@@ -13,7 +13,7 @@ import statistics as S
 import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
-from daemon.stepmodel import paired_medians
+from daemon import stepmodel
 
 path = sys.argv[1]
 rows = [json.loads(line) for line in (gzip.open if path.endswith(".gz") else open)(path, "rt")]
@@ -39,7 +39,7 @@ for r in rows:
               for label in ("baseline", "main")}
     base = median_of(r["steps"], "baseline", "t")
     plain.append(base / median_of(r["steps"], "main", "t") - 1)
-    paired.append(base / paired_medians(passes["baseline"], passes["main"], 5)["step_s"] - 1)
+    paired.append(base / stepmodel.paired(passes["baseline"], passes["main"], 5)[0]["step_s"] - 1)
 for name, e in (("plain medians", plain), ("block pairs", paired)):
     print(f"{name}: {len(e)} samples, median |error| {100 * S.median(map(abs, e)):.2f} %, "
           f"within 2 % {100 * sum(abs(x) <= .02 for x in e) / len(e):.0f} %, "

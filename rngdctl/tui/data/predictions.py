@@ -24,7 +24,7 @@ def predict_run(store: Store, run_id: int, last_main_step: dict) -> Predicted | 
         terms = stepmodel.terms_for_run(store, run_id)
         if terms is None:
             return None
-        prediction = stepmodel.predict(terms, stepmodel.Shape.of_steps([last_main_step]))
+        prediction = stepmodel.predict(terms, stepmodel.Shape.of_step(last_main_step))
     except (RngdctlError, ArithmeticError, KeyError, TypeError, ValueError):
         return None  # a baseline it cannot fit: no prediction, never a crash
     return Predicted(float(prediction.step_s), dict(prediction.phases))

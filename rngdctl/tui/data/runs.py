@@ -28,14 +28,15 @@ class RunViews(Predictions):
             series = self._series[(run_id, label)] = self._first_read(run_id, label)
         # In chunks: a long run's first read stays small in memory.
         new = series.read(self.store, run_id, label)
-        if series.stored_medians is not None and (new or first):
-            if series.count != self.store.step_counts(run_id).get(label, 0):
-                # A step stored out of order, before the newest the plots held: read
-                # the pass whole, as a pass without stored plots.
-                series = self._series[(run_id, label)] = PassSeries(self.buckets)
-                series.read(self.store, run_id, label)
-            else:  # the aggregates: a sealed row, or a running pass's markers
-                series.stored_medians = stats.steady_medians(self.store, run_id, label)
+        if not (new or first):
+            return series
+        if series.restored and series.count != self.store.step_counts(run_id).get(label, 0):
+            # A step stored out of order, before the newest the plots held: read
+            # the pass whole, as a pass without stored plots.
+            series = self._series[(run_id, label)] = PassSeries(self.buckets)
+            series.read(self.store, run_id, label)
+        # The aggregates: a sealed row, or a running pass's markers.
+        series.medians = stats.steady_medians(self.store, run_id, label)
         return series
 
     def _first_read(self, run_id: int, label: str) -> PassSeries:
@@ -92,7 +93,7 @@ class RunViews(Predictions):
             baseline = self._pass_series(run["id"], records.BASELINE)
             if baseline.count:
                 label, series = records.BASELINE, baseline
-        median_s, tok_s = series.medians()
+        median_s, tok_s = series.medians
         if label == records.BASELINE:
             steps_total = _baseline_steps(config)
         else:
