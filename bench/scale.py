@@ -39,9 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from daemon import stats
 from daemon.home import Home
 from daemon.run import plots
+from daemon.stepmodel import stats
 from daemon.store import DONE, RUNNING, Store
 from trainer import records
 

@@ -1,7 +1,7 @@
 """Two runs side by side: the config values that differ, step time, tok/s and loss deltas.
 
 ``rngdctl diff A B`` is thin over ``diff_runs``. Medians, tok/s and the loss
-table come from ``daemon.stats`` (steps 6-N, the note's loss ranges); the
+table come from ``daemon.stepmodel.stats`` (steps 6-N, the note's loss ranges); the
 config comparison from ``daemon.run.spec.config_diff``; the held-out loss beside
 the train loss from ``daemon.run.output`` (each range's newest evaluation, as the
 note's loss table).
@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from daemon import stats
 from daemon.run import output
 from daemon.run.spec import config_diff
+from daemon.stepmodel import stats
 from trainer.records import MAIN
 
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 # The step-time plot starts where the medians do, at the store's first steady step (6, after
-# the five warm-up steps of stats.WARMUP_STEPS): taken from the store, not from daemon.stats,
+# the five warm-up steps of stats.WARMUP_STEPS): taken from the store, not from daemon.stepmodel.stats,
 # whose seal stores these plots, so the import points one way.
 from daemon.store import STEADY_FIRST
 

@@ -50,7 +50,7 @@ def overhead_s(store) -> tuple[float, str]:
         return 0.0, "no start-up measured yet (no done run)"
     import statistics  # only here: `runs` before any run is done loads no statistics
 
-    from daemon import stats
+    from daemon.stepmodel import stats
 
     # stats.step_seconds: sealed once the run is done.
     extra = [max(0.0, run["ended"] - run["started"] - stats.step_seconds(store, run["id"]))
@@ -99,7 +99,7 @@ def active_end(store, run: dict, now: float, overhead: float,
     total = int(run["config"]["steps"])
     span = store.step_span(run["id"], MAIN)
     if span is not None and median is None:
-        from daemon import stats
+        from daemon.stepmodel import stats
 
         median = stats.steady_medians(store, run["id"], MAIN)[0]
     if span is None or median is None:
@@ -192,7 +192,7 @@ class EstimateRecorder:
         if not missing:
             self._unchanged = None
             return 0
-        from daemon import stats
+        from daemon.stepmodel import stats
 
         inputs = (frozenset(missing), store.estimate_inputs(stats.WARMUP_STEPS + 1))
         if inputs == self._unchanged:

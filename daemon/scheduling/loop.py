@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from daemon import faults, stats
+from daemon import faults
 from daemon.errors import DaemonAlreadyRunning, LaunchError
 from daemon.gates import rules
 from daemon.home import Config, Home
@@ -29,6 +29,7 @@ from daemon.probes.card_sampler import CardSampler
 from daemon.probes.host_reading import HostReading, read_host
 from daemon.scheduling.estimate import EstimateRecorder
 from daemon.scheduling.notify import Notifications
+from daemon.stepmodel import stats
 from daemon.store import FAILED, FINISHED, Store
 from daemon.store.compaction import Compactor
 

@@ -242,7 +242,7 @@ class Notifications:
         return self.default
 
     def _median(self, run_id: int) -> float | None:
-        from daemon import stats
+        from daemon.stepmodel import stats
         from trainer import records
 
         try:

@@ -120,7 +120,7 @@ def host_memory_gb() -> float | None:
 
 def find_baseline(store, model: str) -> int:
     """The newest run of ``model`` whose all-offload pass has steady steps (6-N)."""
-    # The store's STEADY_FIRST (stats.WARMUP_STEPS + 1), not daemon.stats: `runs` asks
+    # The store's STEADY_FIRST (stats.WARMUP_STEPS + 1), not daemon.stepmodel.stats: `runs` asks
     # this of every queued run, and loads no statistics before any run has steps.
     needed = STEADY_FIRST
     for run in store.runs():

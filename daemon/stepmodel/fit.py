@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from daemon import stats
 from daemon.errors import ModelFitError
+from daemon.stepmodel import stats
 from daemon.stepmodel.memory import host_plays_cards
 from daemon.stepmodel.shape import Shape
 from trainer.records import OPTIM_CALIBRATION

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from daemon import stats
+from daemon.stepmodel import stats
 from daemon.stepmodel.compare import median_se
 from daemon.stepmodel.fit import SPLIT, Prediction, predict_step
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from daemon import stats
 from daemon.errors import ModelFitError
+from daemon.stepmodel import stats
 from daemon.stepmodel.compare import Comparison, compare
 from daemon.stepmodel.fit import Prediction, Terms, edge_params, fit, predict
 from daemon.stepmodel.memory import (

@@ -1,6 +1,6 @@
 """A pass's numbers from SQL order statistics, and a finished run's sealed ones.
 
-What daemon.stats and daemon.stepmodel need: never a decoded row per step.
+What daemon.stepmodel.stats and daemon.stepmodel need: never a decoded row per step.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ class Aggregates(Connection):
     """Step aggregates over the version-7 indexes; sealed rows."""
 
     # === step aggregates =====================================================
-    # What daemon.stats and daemon.stepmodel need from a pass, computed by
+    # What daemon.stepmodel.stats and daemon.stepmodel need from a pass, computed by
     # SQLite over the version-7 indexes: a pass of 1,000,000 steps costs a few
     # index walks in C, never a decoded row per step. "Steady" means steps
     # STEADY_FIRST-N (6-N).
@@ -153,7 +153,7 @@ class Aggregates(Connection):
             (run_id, config_label, first, last, count, offset))]
 
     # === sealed aggregates (issue 12) ========================================
-    # A finished run's numbers, computed once (daemon/stats.py ``seal``) and read
+    # A finished run's numbers, computed once (daemon/stepmodel/stats.py ``seal``) and read
     # back as one row each: JSON values, NaN and infinities kept.
 
     def run_step_total(self, run_id: int) -> int:

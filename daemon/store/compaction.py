@@ -14,7 +14,7 @@ check every tick while a run waits. Past a window of full resolution
   (what a note's "load before the run" needs), ``gates`` the last check's.
 
 Steps, passes, events and runs are never compacted. Readers treat a folded
-row like a raw one with a range (``daemon/stats.py``); a raw row has ``n`` and
+row like a raw one with a range (``daemon/stepmodel/stats.py``); a raw row has ``n`` and
 ``count`` NULL.
 
 The folding here is pure (lists of dicts in, rows out); ``Store`` selects,

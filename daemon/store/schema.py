@@ -242,7 +242,7 @@ _V8 = [
 # Version 9 (issue 12): a finished run's numbers, sealed when it ends. Order
 # statistics off an index still walk half of it (LIMIT/OFFSET), so a
 # 1,000,000-step pass costs seconds of C; a run that has ended does not change,
-# so the daemon computes its aggregates once (daemon/stats.py ``seal``) and
+# so the daemon computes its aggregates once (daemon/stepmodel/stats.py ``seal``) and
 # every reader after it reads one row. ``steps``: the run's stored steps when
 # sealed; a step stored since makes the row stale (``sealed_aggregates`` skips
 # it). The samples of a run by run, for its load range and export.

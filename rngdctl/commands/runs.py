@@ -208,7 +208,7 @@ def run_details(store, run_ref, live) -> dict:
     if counts or all_checks:
         # Loaded only where there is something to compute: a queued run that no daemon
         # has checked yet has no steps and no checks (about 5 ms of start-up).
-        from daemon import stats
+        from daemon.stepmodel import stats
 
         numbers = {label: stats.pass_stats(store, run["id"], label) for label in sorted(counts)}
         load_range = stats.gate_load_range(all_checks)

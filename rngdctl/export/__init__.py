@@ -7,7 +7,7 @@ recipe, how the run was launched, the pre-submit checks and their load range,
 then per run its steps, step time, drift, loss table, step-1 loss, step-model
 table and events. Several runs give one note with a comparison table.
 
-Every number in the note is computed from the store (through ``daemon.stats``);
+Every number in the note is computed from the store (through ``daemon.stepmodel.stats``);
 nothing is typed. The package reads the store only. Its parts:
 
 - ``words``: numbers and configs as the note prints them;

@@ -1,7 +1,7 @@
 """What a run's note says, computed from the store (the store is only read here).
 
 ``collect(store, ref)`` gives one ``RunReport``; ``build(store, refs)`` one per
-run. Every number comes through ``daemon.stats`` and ``daemon.stepmodel``.
+run. Every number comes through ``daemon.stepmodel.stats`` and ``daemon.stepmodel``.
 """
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from daemon import stats, stepmodel
+from daemon import stepmodel
 from daemon.errors import BadInput, ModelFitError
 from daemon.home import K8sConfig
 from daemon.run.output import HeldOut, RunOutput, held_out, run_output
+from daemon.stepmodel import stats
 from daemon.store import Store
 from rngdctl.export.words import _get, _md, describe_placement, secs
 from trainer import records

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from daemon import stats
 from daemon.run import output
+from daemon.stepmodel import stats
 from daemon.store import DONE, FINISHED, OOM
 from rngdctl import card_units
 from rngdctl.export.collect import RunReport

@@ -15,8 +15,9 @@ import statistics
 
 import pytest
 
-from daemon import stats, stepmodel
+from daemon import stepmodel
 from daemon import store as store_mod
+from daemon.stepmodel import stats
 from daemon.store import Store
 from trainer import records
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon import stats
+from daemon.stepmodel import stats
 from daemon.store import compaction
 from daemon.store.compaction import DAY, Compactor
 from trainer import records

@@ -161,8 +161,8 @@ def test_the_layer_rule_sees_an_upward_import_inside_a_function(tmp_path):
 def with_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """``graph`` with the packages an import runs on its way: ``import a.b.c`` runs
     ``a/__init__.py`` and ``a/b/__init__.py`` first, except those the importer sits in (they
-    are already running). So a module that imports ``daemon.stats.steps`` depends on
-    everything ``daemon/stats/__init__.py`` imports."""
+    are already running). So a module that imports ``daemon.stepmodel.stats.steps`` depends on
+    everything ``daemon/stepmodel/stats/__init__.py`` imports."""
     out = {}
     for name, targets in graph.items():
         out[name] = set()
@@ -233,25 +233,25 @@ def test_no_module_imports_itself_through_others():
 
 def test_the_cycle_rule_names_a_cycle_and_sees_one_through_a_package():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]
-    # The old plots/statistics knot: the plots read one name of daemon/stats/steps.py, but
-    # that import runs daemon/stats/__init__.py, which imports the seal, which imports the
+    # The old plots/statistics knot: the plots read one name of daemon/stepmodel/stats/steps.py, but
+    # that import runs daemon/stepmodel/stats/__init__.py, which imports the seal, which imports the
     # plots.
-    graph = {"daemon": set(), "daemon.run": set(), "daemon.run.plots": {"daemon.stats.steps"},
-             "daemon.stats": {"daemon.stats.sealed", "daemon.stats.steps"},
-             "daemon.stats.sealed": {"daemon.run.plots", "daemon.stats.steps"},
-             "daemon.stats.steps": set()}
+    graph = {"daemon": set(), "daemon.run": set(), "daemon.run.plots": {"daemon.stepmodel.stats.steps"},
+             "daemon.stepmodel.stats": {"daemon.stepmodel.stats.sealed", "daemon.stepmodel.stats.steps"},
+             "daemon.stepmodel.stats.sealed": {"daemon.run.plots", "daemon.stepmodel.stats.steps"},
+             "daemon.stepmodel.stats.steps": set()}
     assert cycles(graph) == []
     assert cycles(with_packages(graph)) == [
-        "daemon.run.plots -> daemon.stats -> daemon.stats.sealed -> daemon.run.plots"]
+        "daemon.run.plots -> daemon.stepmodel.stats -> daemon.stepmodel.stats.sealed -> daemon.run.plots"]
 
 
 def test_the_graph_holds_an_import_inside_a_function_and_under_type_checking(tmp_path):
     stray = tmp_path / "stray.py"
     stray.write_text("from typing import TYPE_CHECKING\n"
                      "if TYPE_CHECKING:\n    from rngdctl.tui.data.predictions import Predicted\n"
-                     "def f():\n    from daemon.stats import seal\n")
+                     "def f():\n    from daemon.stepmodel.stats import seal\n")
     assert project_imports(stray, "rngdctl.tui.data.reader") == {
-        "rngdctl.tui.data.predictions", "daemon.stats"}
+        "rngdctl.tui.data.predictions", "daemon.stepmodel.stats"}
     assert "daemon.scheduling.plan" in import_graph()["daemon.scheduling.estimate"]  # in a function
 
 
@@ -277,7 +277,7 @@ PARALLEL_NAMES = {
     "host.py": {"daemon/store", "rngdctl/tui/data"},
     "queue.py": {"daemon/store", "rngdctl/tui/data", "rngdctl/tui/widgets"},
     "runs.py": {"daemon/store", "daemon/stepmodel", "rngdctl/commands", "rngdctl/tui/data"},
-    "steps.py": {"daemon/store", "daemon/stats"},
+    "steps.py": {"daemon/store", "daemon/stepmodel/stats"},
     # A daemon module and the command or widget over it.
     "agent.py": {"daemon/launchers/k8s", "rngdctl/commands"},
     "diff.py": {"daemon/run", "rngdctl/commands"},

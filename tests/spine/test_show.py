@@ -69,7 +69,7 @@ def test_show_of_a_waiting_run_says_what_blocks_it_and_for_how_long(home, store,
 
 def test_show_and_the_note_say_the_same_of_a_sealed_run_as_of_its_steps(store, rngdctl,
                                                                         tmp_path):
-    from daemon import stats
+    from daemon.stepmodel import stats
 
     run = store.add_run({"cards": 1, "resident": 2, "steps": 40, "model": "tiny-llama"})
     Ingest(store).feed(run, passes(n=40))

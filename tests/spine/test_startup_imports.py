@@ -28,7 +28,7 @@ STEP_MODEL = {"daemon.stepmodel.fit", "daemon.stepmodel.compare", "daemon.stepmo
               "daemon.stepmodel.runs"}
 NOTIFIER = {"daemon.scheduling.notify"}
 #: The run statistics and the stdlib's (with fractions, decimal and random: about 9 ms).
-STATISTICS = {"daemon.stats", "statistics"}
+STATISTICS = {"daemon.stepmodel.stats", "statistics"}
 #: What `cards` has no use for with the local launcher: the store (it reads no run), the
 #: Kubernetes pod readers (no pod list), the daemon command's module and logging, and
 #: socket (the host name comes from uname).

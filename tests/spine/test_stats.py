@@ -1,4 +1,4 @@
-from daemon import stats
+from daemon.stepmodel import stats
 
 
 def medians(steps) -> tuple:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from synthetic_logs import KNOWN, SPREAD, expected_step_s, make_pass
 
-from daemon import stats, stepmodel
+from daemon import stepmodel
 from daemon.run.spec import INTERLEAVE_BLOCK
+from daemon.stepmodel import stats
 from trainer import records
 
 #: The cpu default, and the blocks of 5 it replaced: both must hold what is asked here.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tui_support import NOW
 
-from daemon import stats
+from daemon.stepmodel import stats
 from rngdctl.tui.data import ViewSource
 from rngdctl.tui.series import MinMaxBuckets
 
@@ -167,7 +167,7 @@ def test_points_taken_a_bucket_at_a_time_are_the_points_appended_one_by_one():
 
 def test_the_step_time_plot_leaves_out_the_warm_up_steps_as_the_medians_do(store):
     # The plots take the first steady step from the store (daemon/run/plots.py), the
-    # medians from daemon.stats: both must start at step 6.
+    # medians from daemon.stepmodel.stats: both must start at step 6.
     from daemon.run import plots
     from daemon.store import STEADY_FIRST
     from trainer import records

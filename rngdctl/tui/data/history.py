@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
-from daemon import stats, stepmodel
+from daemon import stepmodel
 from daemon.run.plots import SERIES_CHUNK
+from daemon.stepmodel import stats
 from daemon.store import FINISHED
 from rngdctl.tui.data.predictions import Predictions
 from rngdctl.tui.data.text import _int, run_label

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from daemon import stats, stepmodel
+from daemon import stepmodel
 from daemon.run import output
 from daemon.run.spec import baseline_steps
+from daemon.stepmodel import stats
 from daemon.store import ACTIVE, FINISHED
 from rngdctl.tui.data.predictions import Predictions, _top_terms
 from rngdctl.tui.data.text import _int

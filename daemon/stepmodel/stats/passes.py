@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass, field, fields
 from functools import partial
 
-from daemon.stats.order import median, median_of_sorted, quartiles_of_sorted
-from daemon.stats.steps import WARMUP_STEPS, Drift, RunSummary, steady
+from daemon.stepmodel.stats.order import median, median_of_sorted, quartiles_of_sorted
+from daemon.stepmodel.stats.steps import WARMUP_STEPS, Drift, RunSummary, steady
 from trainer.records import PHASES
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from itertools import count
 
-from daemon.stats.order import median, median_of_sorted
-from daemon.stats.steps import WARMUP_STEPS
+from daemon.stepmodel.stats.order import median, median_of_sorted
+from daemon.stepmodel.stats.steps import WARMUP_STEPS
 
 #: A loss table longer than this widens its ranges after step 100.
 MAX_LOSS_ROWS = 12

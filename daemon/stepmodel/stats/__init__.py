@@ -6,24 +6,24 @@ note's loss table) and ``load`` (the host load's range)."""
 
 from __future__ import annotations
 
-from daemon.stats.load import gate_load_range, load_range
-from daemon.stats.loss import (
+from daemon.stepmodel.stats.load import gate_load_range, load_range
+from daemon.stepmodel.stats.loss import (
     MAX_LOSS_ROWS,
     LossRow,
     live_loss_table,
     loss_ranges,
     loss_table_of,
 )
-from daemon.stats.order import (
+from daemon.stepmodel.stats.order import (
     median,
     median_of_sorted,
     quartiles,
     quartiles_of_sorted,
     weighted_quantile,
 )
-from daemon.stats.passes import PassStats, live_pass_stats, pass_stats, steady_medians
-from daemon.stats.sealed import seal, step_seconds
-from daemon.stats.steps import WARMUP_STEPS, Drift, RunSummary, steady
+from daemon.stepmodel.stats.passes import PassStats, live_pass_stats, pass_stats, steady_medians
+from daemon.stepmodel.stats.sealed import seal, step_seconds
+from daemon.stepmodel.stats.steps import WARMUP_STEPS, Drift, RunSummary, steady
 
 __all__ = [
     "MAX_LOSS_ROWS", "WARMUP_STEPS", "Drift", "LossRow", "PassStats", "RunSummary",

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from daemon.run.plots import pass_plots
-from daemon.stats.loss import live_loss_table
-from daemon.stats.passes import live_pass_stats
+from daemon.stepmodel.stats.loss import live_loss_table
+from daemon.stepmodel.stats.passes import live_pass_stats
 from trainer import records
 
 
