@@ -52,7 +52,7 @@ def daemon(home, launcher, tick, exit_when_idle, **k8s_flags):
 
     Example: rngdctl daemon --launcher local --tick 2 --exit-when-idle
     """
-    import logging  # here, not at the top: `cards` and `holders` import this module
+    import logging  # here, not at the top: `holders` and `gates` load this module too
 
     from daemon.scheduling.loop import Daemon, install_signal_handlers
 

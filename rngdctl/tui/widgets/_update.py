@@ -9,12 +9,14 @@ _UNSET = object()
 
 
 def update_if_changed(static: Static, renderable, key=_UNSET) -> None:
-    """Show ``renderable`` unless ``key`` (default: the renderable itself) is what it shows."""
+    """Show ``renderable`` unless ``key`` (default: the renderable itself) is what it shows.
+    ``renderable`` may be a function that makes it, with a ``key``: it is called only when
+    the key changed, so an unchanged panel costs the key's comparison alone."""
     key = renderable if key is _UNSET else key
     if getattr(static, "_rngdctl_shown", _UNSET) == key:
         return
     static._rngdctl_shown = key
-    static.update(renderable)
+    static.update(renderable() if callable(renderable) else renderable)
 
 
 def set_if_changed(widget, attr: str, value) -> None:

@@ -8,6 +8,7 @@ from textual.widgets import Static
 
 from rngdctl import card_units as units
 from rngdctl.tui.data import CardRow, ago
+from rngdctl.tui.widgets._update import set_if_changed, update_if_changed
 
 COLUMNS = ("card", "temp", "power", "util", "memory", "held")
 GIB = float(1 << 30)
@@ -75,9 +76,7 @@ class CardsPanel(Static, can_focus=True):
         # Each row's cells made once, and the table only when they changed: a new
         # reading comes every 10 s, a refresh more often.
         cells = tuple(_cells(r, nodes) for r in rows)
-        if cells != getattr(self, "_cells_shown", None):
-            self._cells_shown = cells
-            self.update(table_text(list(cells)))
+        update_if_changed(self, lambda: table_text(list(cells)), key=cells)
         throttling = sum(1 for r in rows if any(t != "Idle" for t in r.throttle))
         dead = sum(1 for r in rows if r.alive is False)
         text = f"{len(rows)} card{'s' if len(rows) != 1 else ''}"
@@ -86,8 +85,7 @@ class CardsPanel(Static, can_focus=True):
         if throttling:
             text += f", {throttling} throttling"
         subtitle = f"{text} · read {ago(min(r.age for r in rows))} ago"
-        if self.border_subtitle != subtitle:
-            self.border_subtitle = subtitle
+        set_if_changed(self, "border_subtitle", subtitle)
 
 
 def table_text(rows: list[tuple]) -> Text:

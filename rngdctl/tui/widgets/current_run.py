@@ -135,6 +135,7 @@ class CurrentRunPanel(Vertical, can_focus=True):
         self.query_one(RunPlots).display = True
         update_if_changed(summary, summary_text(view, now))
         self.query_one(RunPlots).show(view)
-        update_if_changed(self.query_one("#run-phases", Static), phases_renderable(view),
+        update_if_changed(self.query_one("#run-phases", Static),
+                          lambda: phases_renderable(view),
                           key=(view.step, view.phases))
         update_if_changed(self.query_one("#run-events", Static), events_text(view))

@@ -58,7 +58,8 @@ class GatesPanel(Vertical, can_focus=True):
 
     def show(self, view: GatesView, now: float) -> None:
         update_if_changed(self.query_one("#gates-blocked", Static), blocked_text(view, now))
-        update_if_changed(self.query_one("#gates-table", Static), gates_renderable(view, now),
+        update_if_changed(self.query_one("#gates-table", Static),
+                          lambda: gates_renderable(view, now),
                           key=(view.run_id, view.rows))
         self.query_one("#gates-nodes", NodeVerdicts).show(view)
         series = view.load_series

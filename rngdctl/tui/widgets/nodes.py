@@ -32,4 +32,4 @@ class NodeVerdicts(Static):
 
     def show(self, view: GatesView) -> None:
         self.display = bool(view.nodes)
-        update_if_changed(self, nodes_text(view), key=(view.node, view.nodes))
+        update_if_changed(self, lambda: nodes_text(view), key=(view.node, view.nodes))
