@@ -23,7 +23,12 @@ Targets, each printed with PASS or FAIL:
   where one layer is worth measuring.
 - The save is also timed without its sha256 (the hash replaced by nothing, in
   this process only), to show what the checksum costs: sha256 runs at about
-  1.6 GB/s with SHA-NI where a write into the page cache runs at 3-4 GB/s.
+  1.4-1.6 GB/s with SHA-NI where a write into the page cache runs at 3-4 GB/s;
+  and against save_file followed by the sha256 of its file (what a user who
+  wants the same checksum runs).
+- Each ratio is the median of the rounds' paired ratios with a
+  distribution-free 95 % interval (order statistics): the disk of a shared VM
+  moves single rounds by 2-3x.
 - resume: wall time from the trainer's start to its first step record,
   resumed from a checkpoint against a fresh start of the same config: <= 1.5x.
 - overhead: a run with ``--checkpoint-every 50`` spends <= 3 % of its step time
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -122,7 +128,7 @@ class _NoHash:
     """weights._Hasher's place in the save timed without its checksum."""
 
     def __init__(self, first: bytes, kind: str = "sha256"):
-        self.pieces = self
+        pass
 
     def start(self):
         pass
@@ -132,6 +138,18 @@ class _NoHash:
 
     def hexdigest(self) -> str:
         return "0" * 64
+
+
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(median, low, high): the order statistics k and n-1-k around the median, k the largest
+    with P(Binomial(n, 1/2) <= k) <= (1 - level) / 2, a distribution-free interval (9 rounds:
+    the 2nd and 8th of 9, 96 %); with too few rounds for one, the smallest and largest."""
+    xs = sorted(values)
+    n, k, tail = len(xs), -1, 0.0
+    while k + 1 < n and tail + math.comb(n, k + 1) / 2 ** n <= (1 - level) / 2:
+        k, tail = k + 1, tail + math.comb(n, k + 1) / 2 ** n
+    k = max(k, 0)
+    return statistics.median(xs), xs[k], xs[n - 1 - k]
 
 
 def timed(fn, *args, **kwargs) -> float:
@@ -171,6 +189,8 @@ def bench_save(engine, tmp: Path, reps: int) -> dict:
     ways = {
         "save": lambda p: save.save(p, model, info={}),
         "save_file": lambda p: save_file_synced(tensors, p, False),
+        "save_file_sha256": lambda p: (save_file_synced(tensors, p, False),
+                                       weights.file_digest(p)),
         "save_unhashed": unhashed,
         "checkpoint": lambda p: checkpoint.write(p, "step-1", {"main.safetensors": state},
                                                  ck_state, keep=1),
@@ -192,7 +212,7 @@ def bench_save(engine, tmp: Path, reps: int) -> dict:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
     def ratio(a, b):
-        return statistics.median(x / y for x, y in zip(times[a], times[b]))
+        return median_interval([x / y for x, y in zip(times[a], times[b])])
 
     return {
         "bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
@@ -200,6 +220,7 @@ def bench_save(engine, tmp: Path, reps: int) -> dict:
         **{f"{name}_s": statistics.median(ts) for name, ts in times.items()},
         "save_ratio": ratio("save", "save_file"),
         "save_ratio_unhashed": ratio("save_unhashed", "save_file"),
+        "save_ratio_hashed_ref": ratio("save", "save_file_sha256"),
         "checkpoint_ratio": ratio("checkpoint", "checkpoint_save_file_fsync"),
         "checkpoint_ratio_unsynced": ratio("checkpoint", "checkpoint_save_file"),
     }
@@ -292,6 +313,10 @@ def bench_overhead(model: str, tmp: Path, steps: int) -> dict:
             "step_after_checkpoint_s": statistics.median(after) if after else None}
 
 
+def shown(ratio: tuple[float, float, float]) -> str:
+    return f"{ratio[0]:.2f}x (95 % interval {ratio[1]:.2f}-{ratio[2]:.2f}x)"
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
@@ -326,18 +351,22 @@ def main() -> int:
                 s = bench_save(engine, tmp, args.reps)
                 print(f"save, {label}: {s['bytes'] / 1e6:.1f} MB; ours {s['save_s'] * 1e3:.1f} "
                       f"ms, save_file {s['save_file_s'] * 1e3:.1f} ms; ratio "
-                      f"{s['save_ratio']:.2f}x (target <= {SAVE_TARGET}x): "
-                      + verdict(s["save_ratio"] <= SAVE_TARGET)
+                      f"{shown(s['save_ratio'])} (target <= {SAVE_TARGET}x): "
+                      + verdict(s["save_ratio"][0] <= SAVE_TARGET)
                       + f"; without its sha256 {s['save_unhashed_s'] * 1e3:.1f} ms, "
-                        f"{s['save_ratio_unhashed']:.2f}x")
+                        f"{shown(s['save_ratio_unhashed'])}; against save_file and the sha256 "
+                        f"of its file ({s['save_file_sha256_s'] * 1e3:.1f} ms) "
+                        f"{shown(s['save_ratio_hashed_ref'])}")
                 print(f"checkpoint, {label}: {s['checkpoint_bytes'] / 1e6:.1f} MB; ours "
                       f"{s['checkpoint_s'] * 1e3:.1f} ms, save_file + fsync "
                       f"{s['checkpoint_save_file_fsync_s'] * 1e3:.1f} ms (without the fsync "
                       f"{s['checkpoint_save_file_s'] * 1e3:.1f} ms); ratio "
-                      f"{s['checkpoint_ratio']:.2f}x (without the fsync "
-                      f"{s['checkpoint_ratio_unsynced']:.2f}x) (target <= {CHECKPOINT_TARGET}x): "
-                      + verdict(s["checkpoint_ratio"] <= CHECKPOINT_TARGET))
-                ok &= s["save_ratio"] <= SAVE_TARGET and s["checkpoint_ratio"] <= CHECKPOINT_TARGET
+                      f"{shown(s['checkpoint_ratio'])} (without the fsync "
+                      f"{shown(s['checkpoint_ratio_unsynced'])}) (target <= "
+                      f"{CHECKPOINT_TARGET}x): "
+                      + verdict(s["checkpoint_ratio"][0] <= CHECKPOINT_TARGET))
+                ok &= (s["save_ratio"][0] <= SAVE_TARGET
+                       and s["checkpoint_ratio"][0] <= CHECKPOINT_TARGET)
             if "rss" in parts:
                 big = str(big_model_folder(tmp, args.rss_hidden))
                 engines.append((f"llama 8 x hidden {args.rss_hidden}, LoRA 16 merged",

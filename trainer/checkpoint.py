@@ -5,23 +5,32 @@
 - ``<pass>.safetensors`` for each pass still training (``main``, and
   ``baseline`` while it runs): every master and its AdamW state, by names
   that do not depend on the placement (LayerEngine.state_tensors);
-- ``rng.safetensors``: torch's random state;
-- ``state.json``: the passes' positions (steps done, so the data stream,
-  the schedule and the interleaving order go on from there), their ``start``
-  configs and losses so far, and the config that must match to resume;
-- ``manifest.json``, written last: each file's size and xxh3_64 checksum
-  (trainer/weights.py says why not sha256).
+- ``manifest.json``, written last: each of those files' size and xxh3_64
+  checksum (trainer/weights.py says why not sha256), the passes' positions
+  (steps done, so the data stream, the schedule and the interleaving order go
+  on from there), their ``start`` configs and losses so far, the config that
+  must match to resume, torch's random state, and a checksum of all that.
 
-A checkpoint is written into a temporary folder, each file fsynced, the
-folder renamed into place and the rename fsynced; only then is the manifest
-written (temporary name, fsync, rename). A folder without a manifest is
+A checkpoint is written into a temporary folder, each weights file fsynced
+(its writeback started as it is written, so the fsync waits for the tail),
+the folder renamed into place, and only then the manifest written and
+fsynced with the folders above it. A folder without a manifest is
 incomplete and never read; one whose files do not match their manifest is
 refused before a single tensor is copied. The oldest complete checkpoints
 past ``keep`` are deleted only once a new one is complete.
+
+Each fsync costs the disk a journal commit and a cache flush, and on a busy
+shared disk a commit can wait tens of milliseconds: the state and the random
+state travel in the manifest rather than in files of their own, so that a
+checkpoint of one pass waits on the disk twice (its weights, its manifest)
+where a save and an fsync wait once. A manifest torn by a crash does not
+parse, so it needs no temporary name; one left in the temporary folder by a
+crash before the rename is never read either.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -39,9 +48,7 @@ from trainer.weights import Entry
 
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
-STATE = "state.json"
-RNG = "rng.safetensors"
-FORMAT = 1
+FORMAT = 2
 PREFIX = "step-"
 CHECKSUM = weights.XXH3
 
@@ -60,7 +67,10 @@ class Checkpoint:
 
     path: Path
     manifest: dict
-    state: dict
+
+    @property
+    def state(self) -> dict:
+        return self.manifest["state"]
 
     @property
     def position(self) -> dict[str, int]:
@@ -113,21 +123,20 @@ def write(out: Path, name: str, files: dict[str, dict[str, torch.Tensor]], state
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         listing = {}
-        for file, tensors in {**files, RNG: rng_state()}.items():
+        for file, tensors in files.items():
             digest, size = weights.write_file(tmp / file,
                                               [Entry.of(k, v) for k, v in tensors.items()],
                                               checksum=CHECKSUM)
             listing[file] = {CHECKSUM: digest, "bytes": size}
-        listing[STATE] = _write_json(tmp / STATE, state)
-        weights.fsync_dir(tmp)
         old = _out_of_the_way(final)
         os.rename(tmp, final)
+        body = {"format": FORMAT, "name": name, "order": order_of(state), "files": listing,
+                "state": state, "rng": _encode_rng(rng_state()), "time": time.time()}
+        size = _write_manifest(final / MANIFEST, body)
+        weights.fsync_dir(final)
         weights.fsync_dir(folder)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        manifest = {"format": FORMAT, "name": name, "order": order_of(state),
-                    "files": listing, "time": time.time()}
-        _write_json(final / MANIFEST, manifest)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if final.exists() and not (final / MANIFEST).exists():
@@ -138,7 +147,7 @@ def write(out: Path, name: str, files: dict[str, dict[str, torch.Tensor]], state
             f"({exc.filename or folder}); "
             + (f"{kept[-1]} kept" if kept else "no earlier checkpoint to keep")) from None
     prune(out, keep)
-    return final, sum(f["bytes"] for f in listing.values())
+    return final, size + sum(f["bytes"] for f in listing.values())
 
 
 def _out_of_the_way(final: Path) -> Path | None:
@@ -152,18 +161,21 @@ def _out_of_the_way(final: Path) -> Path | None:
     return old
 
 
-def _write_json(path: Path, value: dict) -> dict:
-    data = json.dumps(value, indent=1).encode()
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+def _body_digest(body: dict) -> str:
+    digest = weights.new_digest(CHECKSUM)
+    digest.update(json.dumps(body, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _write_manifest(path: Path, body: dict) -> int:
+    """The manifest, with the checksum of its own body, written and fsynced; its bytes."""
+    body = json.loads(json.dumps(body))  # the body as a reader will parse it, to checksum
+    data = json.dumps({**body, CHECKSUM: _body_digest(body)}, indent=1).encode()
+    with open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
-    weights.fsync_dir(path.parent)
-    digest = weights.new_digest(CHECKSUM)
-    digest.update(data)
-    return {CHECKSUM: digest.hexdigest(), "bytes": len(data)}
+    return len(data)
 
 
 def rng_state() -> dict[str, torch.Tensor]:
@@ -174,13 +186,20 @@ def rng_state() -> dict[str, torch.Tensor]:
     return state
 
 
+def _encode_rng(state: dict[str, torch.Tensor]) -> dict[str, str]:
+    return {name: base64.b64encode(t.numpy().tobytes()).decode() for name, t in state.items()}
+
+
 def restore_rng(ckpt: Checkpoint) -> None:
-    cuda = [name for name in ckpt.layout(RNG) if name.startswith("cuda.")]
-    with ckpt.tensors(RNG) as fetch:
-        torch.set_rng_state(fetch("torch"))
-        for name in cuda:
-            if torch.cuda.is_available() and int(name[5:]) < torch.cuda.device_count():
-                torch.cuda.set_rng_state(fetch(name), int(name[5:]))
+    def tensor(name: str) -> torch.Tensor:
+        return torch.frombuffer(bytearray(base64.b64decode(ckpt.manifest["rng"][name])),
+                                dtype=torch.uint8)
+
+    torch.set_rng_state(tensor("torch"))
+    for name in ckpt.manifest["rng"]:
+        if name.startswith("cuda.") and torch.cuda.is_available() \
+                and int(name[5:]) < torch.cuda.device_count():
+            torch.cuda.set_rng_state(tensor(name), int(name[5:]))
 
 
 def order_of(state: dict) -> int:
@@ -219,15 +238,17 @@ def verify(path: Path) -> Checkpoint:
                               f"writing it)")
     try:
         manifest = json.loads(manifest_path.read_text())
-        files = manifest["files"]
+        files, digest = manifest["files"], manifest.pop(CHECKSUM)
         if manifest.get("format") != FORMAT:
             raise CheckpointError(f"{manifest_path}: format {manifest.get('format')!r}, this "
                                   f"trainer reads {FORMAT}")
+        state = manifest["state"]
+        state["passes"], state["step"], state["fingerprint"], manifest["rng"]["torch"]
     except (OSError, ValueError, KeyError, TypeError):
         raise CheckpointError(f"{manifest_path}: not a checkpoint manifest") from None
-    for name in (STATE, RNG):
-        if name not in files:
-            raise CheckpointError(f"{manifest_path}: lists no {name}")
+    if _body_digest(manifest) != digest:
+        raise CheckpointError(f"{manifest_path}: fails its checksum ({CHECKSUM} of its body "
+                              f"differs from the one it records)")
     for name, info in files.items():
         file = path / name
         try:
@@ -241,12 +262,7 @@ def verify(path: Path) -> Checkpoint:
         if weights.file_digest(file, CHECKSUM) != info.get(CHECKSUM):
             raise CheckpointError(f"{file}: fails its checksum ({CHECKSUM} differs from "
                                   f"{MANIFEST}'s)")
-    try:
-        state = json.loads((path / STATE).read_text())
-        state["passes"], state["step"], state["fingerprint"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise CheckpointError(f"{path / STATE}: not a checkpoint state") from None
-    return Checkpoint(path, manifest, state)
+    return Checkpoint(path, manifest)
 
 
 def newest(out: Path, on_bad: Callable[[Path, str], None]) -> Checkpoint | None:

@@ -113,7 +113,7 @@ class OutputFolder:
         for p in passes:
             mine = saved.get(p.label)
             if mine is None or mine["steps"] != p.steps:
-                raise CheckpointError(f"{ckpt.path / checkpoint.STATE}: has no {p.label} pass "
+                raise CheckpointError(f"{ckpt.path / checkpoint.MANIFEST}: has no {p.label} pass "
                                       f"of {p.steps} steps")
             p.summary.losses = [float(x) for x in mine["losses"]]
             p.config = mine["config"]

@@ -9,13 +9,13 @@ a layer on a card costs one host copy of one tensor at a time, a master on
 the host costs nothing. The sha256 of each file is computed from the same
 bytes on the way out, so a file is never read back to be checked.
 
-The checksum is computed by a second thread from the same memory the write
-reads, while the file is written. Two kinds: ``sha256`` for the saved model
-(what ``sha256sum`` checks; 1.6 GB/s with SHA-NI, slower than a write into the
-page cache at 3-4 GB/s, so a save costs what the hash does) and ``xxh3_64``
-for a checkpoint's manifest (16 GB/s: an integrity check that never bounds a
-checkpoint's time; no defence against tampering, which a checkpoint does not
-need).
+The checksum is computed from the same memory the write reads, while the
+file is written. Two kinds: ``sha256`` for the saved model (what ``sha256sum``
+checks; 1.4-1.6 GB/s with SHA-NI, slower than a write into the page cache at
+3-4 GB/s, so it runs in a second thread and a save costs what the hash does)
+and ``xxh3_64`` for a checkpoint's manifest (8-16 GB/s, in line: an integrity
+check that never bounds a checkpoint's time; no defence against tampering,
+which a checkpoint does not need).
 
 The format (https://github.com/huggingface/safetensors, "Format"): 8 bytes of
 little-endian header length N, N bytes of JSON (padded with spaces to a
@@ -55,6 +55,9 @@ SHA256, XXH3 = "sha256", "xxh3_64"
 DEVICE_CHUNK_BYTES = 16 << 20
 #: Pieces written but not yet hashed: the hash may fall this far behind the write.
 HASH_QUEUE = 2
+#: A file written to be fsynced hands its bytes to the disk every this many bytes as it goes,
+#: so the disk works while the rest is written and the final fsync waits for the tail only.
+WRITEBACK_BYTES = 16 << 20
 
 #: Fault injection for tests of a full disk: "NAME:K" makes the K-th file (1-based) whose
 #: name starts with NAME, under one output folder, fail with ENOSPC after its header, as a
@@ -129,23 +132,42 @@ def new_digest(kind: str):
     raise ValueError(f"no checksum {kind!r}")
 
 
+#: Whether a checksum runs in a thread beside the write. sha256 is slower than a write into
+#: the page cache, so the second core halves a save; xxh3_64 costs a tenth of the write in line,
+#: and beside it the write itself ran 2-3x slower in 4 of 10 rounds of a checkpoint
+#: (experiments/2026-12-03-checkpoint-fsyncs.md).
+BESIDE = {SHA256: True, XXH3: False}
+
+
 class _Hasher(threading.Thread):
-    """The checksum of the pieces put to it, in order, beside the writer (hashlib and
-    xxhash let go of the GIL for a large buffer, as a file write does)."""
+    """The checksum of the pieces put to it, in order: in a thread beside the writer (hashlib
+    lets go of the GIL for a large buffer, as a file write does) or in line (BESIDE)."""
 
     def __init__(self, first: bytes, kind: str = SHA256):
         super().__init__(daemon=True, name=f"weights-{kind}")
         self.digest = new_digest(kind)
         self.digest.update(first)
+        self.beside = BESIDE[kind]
         self.pieces: queue.Queue = queue.Queue(maxsize=HASH_QUEUE)
+
+    def start(self) -> None:
+        if self.beside:
+            super().start()
+
+    def put(self, piece: memoryview) -> None:
+        if self.beside:
+            self.pieces.put(piece)
+        else:
+            self.digest.update(piece)
 
     def run(self) -> None:
         while (piece := self.pieces.get()) is not None:
             self.digest.update(piece)
 
     def hexdigest(self) -> str:
-        self.pieces.put(None)
-        self.join()
+        if self.beside:
+            self.pieces.put(None)
+            self.join()
         return self.digest.hexdigest()
 
 
@@ -164,22 +186,38 @@ def write_file(path: Path, entries: Iterable[Entry], metadata: dict[str, str] | 
     head = _header(entries, metadata)
     hasher = _Hasher(head, checksum)
     hasher.start()
-    size = len(head)
+    size = handed = len(head)
     try:
         with open(path, "wb") as f:  # buffered: it writes a large piece whole
             f.write(head)
             _maybe_fail(path)
             for e in entries:
                 for piece in _host_bytes(e):
-                    hasher.pieces.put(piece)  # hashed while it is written
+                    hasher.put(piece)  # hashed while it is written
                     f.write(piece)
                     size += len(piece)
+                    if fsync and size - handed >= WRITEBACK_BYTES:
+                        f.flush()
+                        _start_writeback(f.fileno(), handed, size - handed)
+                        handed = size
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
     finally:
         digest = hasher.hexdigest()
     return digest, size
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """Start writing a range of the file to the disk, without waiting for it.
+
+    Linux's POSIX_FADV_DONTNEED submits a range's dirty pages for writeback
+    (and drops the clean ones, which a checkpoint does not read again); it is
+    os's portable way to what sync_file_range(SYNC_FILE_RANGE_WRITE) does.
+    Elsewhere it is a hint: the final fsync still makes the file durable.
+    """
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
 def _maybe_fail(path: Path) -> None:

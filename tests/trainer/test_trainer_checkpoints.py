@@ -117,8 +117,31 @@ def test_the_manifest_lists_every_file_with_its_checksum(tmp_path):
     train(tmp_path, checkpoint_every=6)
     folder = checkpoint.root(tmp_path) / "step-6"
     manifest = json.loads((folder / checkpoint.MANIFEST).read_text())
-    assert sorted(manifest["files"]) == ["main.safetensors", "rng.safetensors", "state.json"]
+    assert sorted(manifest["files"]) == ["main.safetensors"]
+    assert sorted(p.name for p in folder.iterdir()) == ["main.safetensors", checkpoint.MANIFEST]
     assert checkpoint.verify(folder).position == {"main": 6}
+
+
+def test_a_manifest_whose_state_was_changed_fails_its_own_checksum(tmp_path):
+    train(tmp_path, checkpoint_every=6)
+    path = checkpoint.root(tmp_path) / "step-6" / checkpoint.MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest["state"]["passes"]["main"]["steps_done"] = 5
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError) as err:
+        checkpoint.verify(path.parent)
+    assert str(err.value) == (f"{path}: fails its checksum (xxh3_64 of its body differs from "
+                              f"the one it records)")
+
+
+def test_a_torn_manifest_leaves_the_checkpoint_incomplete_and_the_one_before_is_used(
+        tmp_path):
+    train(tmp_path, checkpoint_every=3, keep_checkpoints=2)
+    path = checkpoint.root(tmp_path) / "step-6" / checkpoint.MANIFEST
+    path.write_bytes(path.read_bytes()[:200])  # a crash while the manifest was written
+    assert [p.name for p in checkpoint.complete(tmp_path)] == ["step-3"]
+    recs = train(tmp_path, checkpoint_every=3, keep_checkpoints=2)
+    assert events(recs, records.RESUME)[0].data["step"] == 3 and steps(recs) == [4, 5, 6]
 
 
 def test_a_full_disk_at_the_model_save_ends_the_run_with_one_line_naming_what_is_kept(
@@ -141,11 +164,10 @@ def test_a_full_disk_at_the_model_save_ends_the_run_with_one_line_naming_what_is
 def test_a_bad_checkpoint_given_to_resume_is_one_line_and_exit_2(trainer_cli, tmp_path):
     train(tmp_path, checkpoint_every=3)
     folder = checkpoint.root(tmp_path) / "step-6"
-    (folder / "rng.safetensors").write_bytes(b"short")
+    size = (folder / "main.safetensors").stat().st_size
+    (folder / "main.safetensors").write_bytes(b"short")
     proc = trainer_cli("train", "--model", "tiny-llama", "--steps", "6", "--seq-len", "16",
                        "--accum", "1", "--out", str(tmp_path), "--resume", str(folder))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"trainer: error: {folder / 'rng.safetensors'}: truncated (5 of "
-        f"{json.loads((folder / checkpoint.MANIFEST).read_text())['files']['rng.safetensors']['bytes']}"
-        " bytes)")
+        f"trainer: error: {folder / 'main.safetensors'}: truncated (5 of {size} bytes)")
