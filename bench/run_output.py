@@ -42,6 +42,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -169,9 +170,10 @@ def save_file_synced(tensors: dict, path: Path, fsync: bool) -> None:
 
 
 def bench_save(engine, tmp: Path, reps: int) -> dict:
-    """Each way of writing, timed ``reps`` times in a rotating order, each from a clean
-    page cache (``sync`` before it, untimed; its files deleted after): what one write costs,
-    not the writeback that the ones before it left."""
+    """Each way of writing, timed ``reps`` times in a shuffled order, each from a clean page
+    cache (``sync`` before it, untimed; its files deleted after): what one write costs, not
+    the writeback that the ones before it left. Shuffled (seeded), since a write on a
+    shared VM's disk ran up to 3x slower after some others: a fixed order pins that on one."""
     from trainer import checkpoint, save, weights
 
     model = engine.model
@@ -205,7 +207,7 @@ def bench_save(engine, tmp: Path, reps: int) -> dict:
         path = tmp / f"{name}-warm"
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     for k in range(reps):
-        for name in names[k % len(names):] + names[:k % len(names)]:
+        for name in random.Random(k).sample(names, len(names)):
             os.sync()
             path = tmp / f"{name}-{k}"
             times[name].append(timed(ways[name], path))

@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,6 +152,16 @@ def save(out: Path, model: nn.Module, *, info: dict, tokenizer=None, merge: bool
 
 def _write_full(folder: Path, model: nn.Module, entries: list[Entry], tokenizer,
                 max_shard_bytes: int) -> dict[str, str]:
+    # A save is bound by its weights' sha256 (trainer/weights.py): the configs and the
+    # tokenizer are written beside it, by a thread of their own.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="save-configs") as pool:
+        configs = pool.submit(_write_configs, folder, model, tokenizer)
+        files = _write_weights(folder, entries, max_shard_bytes)
+        configs.result()
+    return files
+
+
+def _write_configs(folder: Path, model: nn.Module, tokenizer) -> None:
     config = copy.deepcopy(model.config)
     config.use_cache = True  # the trainer turns the KV cache off; generation wants it
     config.save_pretrained(folder)
@@ -159,13 +170,14 @@ def _write_full(folder: Path, model: nn.Module, entries: list[Entry], tokenizer,
         generation.save_pretrained(folder)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
+
+
+def _write_weights(folder: Path, entries: list[Entry], max_shard_bytes: int) -> dict[str, str]:
     parts = weights.shards(entries, max_shard_bytes)
-    files = {}
     if len(parts) == 1:
-        files["model.safetensors"] = weights.write_file(folder / "model.safetensors", parts[0],
-                                                        fsync=False)[0]
-        return files
-    weight_map = {}
+        return {"model.safetensors": weights.write_file(folder / "model.safetensors", parts[0],
+                                                        fsync=False)[0]}
+    files, weight_map = {}, {}
     for k, part in enumerate(parts, 1):
         name = f"model-{k:05d}-of-{len(parts):05d}.safetensors"
         files[name] = weights.write_file(folder / name, part, fsync=False)[0]

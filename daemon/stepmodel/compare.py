@@ -170,19 +170,21 @@ class Comparison:
             "measured_s": self.measured_s, "iqr_s": list(self.iqr), "steps": self.steps,
             "step_range": [self.first_step, self.last_step], "interleave": self.interleave,
             "paired": "step_s" in self.paired_se, "window": self.window,
-            "model_s": self.model_s, "error": self.error, "interval": _finite(self.interval),
+            "model_s": self.model_s, "error": self.error, "interval": finite(self.interval),
             "measured_tokens_per_s": self.measured_tokens_per_s,
             "model_tokens_per_s": self.model_tokens_per_s,
             "worst_phase": self.worst_phase, "split": self.split(),
             "error_terms": self.error_terms(), "compute_moved": self.compute_moved,
-            "compute_interval": _finite(self.compute_interval),
+            "compute_interval": finite(self.compute_interval),
             "host_changed": self.host_changed, "error_of_rest": self.error_of_rest,
             "host_notice": self.host_notice(),
             "prediction": self.prediction.as_dict(),
         }
 
 
-def _finite(x: float) -> float | None:
+def finite(x: float) -> float | None:
+    """``x``, or None where it is not finite (an interval nothing could bound): JSON's and
+    the TUI's unknown."""
     return x if math.isfinite(x) else None
 
 

@@ -26,14 +26,13 @@ from daemon.store.schema import PHASE_COLUMNS, STEADY_FIRST, steady_from
 #: (``stats.median_of_sorted``) and the quartiles' (``stats.quartiles_of_sorted``).
 SLOT_RANKS = {"median": lambda n: (n - 1) // 2, "q1": lambda n: (n - 1) // 4,
               "q3": lambda n: 3 * (n - 1) // 4}
-#: The phases whose quartiles are read as well as their median: fwd_bwd and the
-#: per-layer ones the step model's host notice weighs (``stepmodel.WATCHED``, read
-#: through ``PassStats.phase_iqr`` by show, show --json and the TUI for a sealed run
-#: too). Without a marker at a quartile's rank, its read walks from the median's,
-#: a quarter of the pass: 250,000 index entries at 1,000,000 steps.
-QUARTILE_PHASES = ("fwd_bwd", "upload", "download", "host_optim")
-#: The columns ingest keeps markers in, and their slots: what ``stats.live_pass_stats``,
-#: ``stats.steady_medians`` and ``PassStats.phase_iqr`` read.
+#: The phases whose quartiles are read as well as their median: the device compute's, for
+#: the verdict's host rule (``PassStats.fwd_bwd_iqr``, read by show, show --json and the TUI
+#: for a sealed run too). Without a marker at a quartile's rank, its read walks from the
+#: median's, a quarter of the pass: 250,000 index entries at 1,000,000 steps.
+QUARTILE_PHASES = ("fwd_bwd",)
+#: The columns ingest keeps markers in, and their slots: what ``stats.live_pass_stats`` and
+#: ``stats.steady_medians`` read.
 MARKED = {"step_s": ("median", "q1", "q3"), "tokens": ("median",),
           **{c: ("median", "q1", "q3") if p in QUARTILE_PHASES else ("median",)
              for p, c in PHASE_COLUMNS.items()}}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from daemon import stepmodel
 from daemon.run import output
 from daemon.run.spec import baseline_steps
 from daemon.stepmodel import stats
+from daemon.stepmodel.compare import finite
 from daemon.store import ACTIVE, FINISHED
 from rngdctl.tui.data.predictions import Predictions, _top_terms
 from rngdctl.tui.data.text import _int
@@ -136,15 +136,11 @@ class RunViews(Predictions):
             exit_reason=run.get("exit_reason"), log_path=run.get("log_path"),
             error_terms=_top_terms(compared.error_terms()) if compared else None,
             host_notice=compared.short_notice() if compared else None,
-            interval=_finite(compared.interval) if compared else None,
+            interval=finite(compared.interval) if compared else None,
             output=output.model_words(found, finished=run["status"] in FINISHED),
             resumes=output.resumes_words(found), held_out=held.plot.series(),
             held_out_loss=held.last_loss, held_out_step=held.last if held.last >= 0 else None,
         )
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 def _baseline_steps(config: dict) -> int | None:
