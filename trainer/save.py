@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from trainer import weights
@@ -89,8 +90,10 @@ def merged_entries(model: nn.Module) -> list[Entry]:
             continue
 
         def merged(m=module):
+            # One new tensor: addmm writes scale * B A + W straight into it, no product apart.
             w = m.base.weight.detach()
-            return w + (m.lora_b.detach() @ m.lora_a.detach()).to(w.device) * m.scale
+            return torch.addmm(w, m.lora_b.detach().to(w.device), m.lora_a.detach().to(w.device),
+                               alpha=m.scale)
         entries.append(Entry(e.name, e.shape, e.dtype, merged))
     return entries
 
