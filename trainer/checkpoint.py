@@ -130,8 +130,7 @@ def write(out: Path, name: str, files: dict[str, dict[str, torch.Tensor]], state
             listing[file] = {CHECKSUM: digest, "bytes": size}
         old = _out_of_the_way(final)
         os.rename(tmp, final)
-        body = {"format": FORMAT, "name": name, "order": order_of(state), "files": listing,
-                "state": state, "rng": _encode_rng(rng_state()), "time": time.time()}
+        body = {"format": FORMAT, "name": name, "files": listing, "state": state, "rng": _encode_rng(rng_state()), "time": time.time()}
         size = _write_manifest(final / MANIFEST, body)
         weights.fsync_dir(final)
         weights.fsync_dir(folder)
@@ -221,8 +220,8 @@ def complete(out: Path) -> list[Path]:
             continue
         try:
             manifest = json.loads((path / MANIFEST).read_text())
-            found.append((int(manifest["order"]), float(manifest.get("time") or 0), path))
-        except (OSError, ValueError, KeyError, TypeError):
+            found.append((order_of(manifest["state"]), float(manifest.get("time") or 0), path))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # incomplete: it was being written when the trainer stopped
     return [p for _, _, p in sorted(found)]
 
@@ -307,14 +306,8 @@ def prune(out: Path, keep: int) -> None:
     done = complete(out)
     for path in done[:-keep] if keep > 0 else done:
         shutil.rmtree(path, ignore_errors=True)
-    newest_order = None
-    if done:
-        try:
-            newest_order = json.loads((done[-1] / MANIFEST).read_text())["order"]
-        except (OSError, ValueError, KeyError):
-            newest_order = None
     for path in root(out).iterdir():
         if path.name.startswith(".") and path.is_dir():
             shutil.rmtree(path, ignore_errors=True)  # a temporary folder of a stopped writer
-        elif path.name.startswith(PREFIX) and path not in done and newest_order is not None:
+        elif path.name.startswith(PREFIX) and path not in done and done:
             shutil.rmtree(path, ignore_errors=True)  # incomplete, and a newer one is complete

@@ -151,14 +151,12 @@ class OutputFolder:
 
     def state(self, passes) -> dict:
         return {
-            "format": checkpoint.FORMAT,
             "run_id": self.cfg.run_id,
             "fingerprint": self.fingerprint,
             "step": _main(passes).steps_done,
             "passes": {p.label: {"steps": p.steps, "steps_done": p.steps_done,
                                  "resident": p.resident, "config": p.config,
                                  "losses": p.summary.losses} for p in passes},
-            "time": time.time(),
         }
 
     def checkpoint(self, passes) -> Path | None:

@@ -62,8 +62,8 @@ class Ingest:
                 self._malformed(run_id, fed, records.Malformed(
                     getattr(parsed, "text", line), f"the store refused it: {exc!r}"))
         # Steps go in after the pass they belong to is known, in one transaction.
-        fed.new_steps = self._steps(run_id, steps, fed)
-        fed.new_evals = self._evals(run_id, evals, fed)
+        fed.new_steps = self._store_each(run_id, steps, self.store.add_steps, fed)
+        fed.new_evals = self._store_each(run_id, evals, self.store.add_evals, fed)
         if fed.new_steps:  # the passes' plots follow, so no reader has to read every step
             plots.keep_plots(self.store, run_id, sorted({s.config_label for s, _ in steps}),
                              every=plots.KEEP_PLOTS_EVERY)
@@ -106,30 +106,17 @@ class Ingest:
             self.store.add_event_once(run_id, "malformed", "a line the store could not keep",
                                       when=None)
 
-    def _evals(self, run_id: int, evals: list[tuple[records.Eval, str]], fed: Fed) -> int:
+    def _store_each(self, run_id: int, pairs: list[tuple[object, str]], add, fed: Fed) -> int:
+        """``add(run_id, records)`` of the batch; when the store refuses it, record by record,
+        so one record it refuses (as malformed) costs the batch nothing else."""
         try:
-            return self.store.add_evals(run_id, [e for e, _ in evals])
+            return add(run_id, [record for record, _ in pairs])
         except LINE_ERRORS:
             pass
-        new = 0  # as for steps: one eval refused costs the batch nothing else
-        for record, line in evals:
-            try:
-                new += self.store.add_evals(run_id, [record])
-            except LINE_ERRORS as exc:
-                self._malformed(run_id, fed, records.Malformed(
-                    line, f"the store refused it: {exc!r}"))
-        return new
-
-    def _steps(self, run_id: int, steps: list[tuple[records.Step, str]], fed: Fed) -> int:
-        try:
-            return self.store.add_steps(run_id, [s for s, _ in steps])
-        except LINE_ERRORS:
-            pass
-        # One step the store refuses must not cost the batch its other steps.
         new = 0
-        for step, line in steps:
+        for record, line in pairs:
             try:
-                new += self.store.add_steps(run_id, [step])
+                new += add(run_id, [record])
             except LINE_ERRORS as exc:
                 self._malformed(run_id, fed, records.Malformed(
                     line, f"the store refused it: {exc!r}"))
