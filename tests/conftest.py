@@ -44,3 +44,34 @@ def rngdctl(home):
         return proc.returncode, proc.stdout, proc.stderr
 
     return run
+
+
+# === a second local user =====================================================
+# The attacks of another user of a shared node run as `nobody` through setpriv: that needs
+# root (CI and these machines run as root); elsewhere those tests skip, saying why.
+NOBODY = 65534
+needs_nobody = pytest.mark.skipif(
+    os.geteuid() != 0 or not __import__("shutil").which("setpriv"),
+    reason="acting as a second user (nobody) needs root and setpriv")
+
+
+def as_nobody(*argv: str, check: bool = True, timeout: float = 60):
+    """Run ``argv`` as the user nobody (uid and gid 65534, no other groups)."""
+    import subprocess
+
+    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                           "--clear-groups", *argv], check=check, timeout=timeout,
+                          capture_output=True, text=True)
+
+
+@pytest.fixture
+def shared_tmp(tmp_path):
+    """A folder every local user may write, as /tmp is on a shared node (sticky, 1777), that
+    nobody can reach (pytest's own temporary folders are 0700)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="rngdctl-shared-", dir="/tmp"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -89,7 +89,7 @@ def test_the_sql_rule_sees_a_query_written_outside_the_store(tmp_path):
 # trainer's package (the contract, records.py, was there first) but import no torch and
 # nothing of the trainer's own: the daemon reads them, the trainer runs on them.
 SHARED = {"trainer.records", "trainer.placement", "trainer.config", "trainer.devices",
-          "trainer.errors"}
+          "trainer.errors", "trainer.ownership"}
 
 
 def module_name(path: Path) -> str:
