@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 
 from trainer import manifest as manifest_form
 from trainer import ownership, weights
@@ -143,8 +144,6 @@ class Checkpoint:
     def _open(self, file: str):
         """safe_open of one of the files ``verify`` checked, and only while it is that file
         (safe_open takes a name: it would follow a link or block on a FIFO)."""
-        from safetensors import safe_open
-
         path = self.path / file
         if file not in self.identity:
             raise CheckpointError(f"{path}: not one of the files its {MANIFEST} lists")
@@ -163,15 +162,9 @@ class Checkpoint:
             yield f
 
 
-def _safetensors_errors() -> tuple[type[BaseException], ...]:
-    from safetensors import SafetensorError
-
-    # safe_open checks the header and the offsets as it opens; a dtype torch has not comes
-    # up as a TypeError or a RuntimeError at the read.
-    return (SafetensorError, OSError, ValueError, TypeError, RuntimeError)
-
-
-_SAFETENSORS_ERRORS = _safetensors_errors()
+#: What safetensors raises for a file it cannot read: safe_open checks the header and the
+#: offsets as it opens; a dtype torch has not comes up as a TypeError or a RuntimeError.
+_SAFETENSORS_ERRORS = (SafetensorError, OSError, ValueError, TypeError, RuntimeError)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -224,8 +217,8 @@ def write(out: Path, name: str, files: dict[str, dict[str, torch.Tensor]], state
         folder.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
         in_the_way = _not_replaceable(final, owner)
         if in_the_way is not None:
-            raise CheckpointWriteError(f"checkpoint {name} not written: {in_the_way}: remove it "
-                                       f"if it is not needed; {_kept(out, owner)}")
+            raise CheckpointWriteError(f"checkpoint {name} not written: {in_the_way}; "
+                                       f"{_kept(out, owner)}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(mode=FOLDER_MODE)
         listing = {}
@@ -271,9 +264,7 @@ def _not_replaceable(final: Path, owner: Owner) -> str | None:
         theirs = owner_of(read_manifest(final))
     except CheckpointError as exc:
         return f"{final} is there and is not a complete checkpoint ({exc})"
-    if (why := foreign(final, theirs, owner)) is not None:
-        return why
-    return None
+    return foreign(final, theirs, owner)
 
 
 def _out_of_the_way(final: Path) -> Path | None:
@@ -454,7 +445,10 @@ def read_manifest(path: Path) -> dict:
     if _body_digest(manifest) != digest:
         raise CheckpointError(f"{manifest_path}: fails its checksum ({CHECKSUM} of its body "
                               f"differs from the one it records)")
-    manifest_form.check(manifest, manifest_path)
+    try:
+        manifest_form.check(manifest)
+    except manifest_form.Invalid as exc:
+        raise CheckpointError(f"{manifest_path}: {exc}") from None
     return manifest
 
 

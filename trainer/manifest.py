@@ -20,31 +20,22 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from pathlib import Path
 
-MAIN = "main"
+from trainer.records import MAIN
+
 _FILE = re.compile(r"([a-z]+)\.safetensors")
 _RNG = re.compile(r"torch|cuda\.\d+")
 _HEX = re.compile(r"[0-9a-f]{1,64}")
 
 
-class _Invalid(ValueError):
-    """A manifest value of the wrong type, or two values that disagree (``check`` turns it
-    into a CheckpointError naming the manifest)."""
+class Invalid(ValueError):
+    """A manifest value of the wrong type, or two values that disagree (trainer/checkpoint.py
+    makes it a CheckpointError naming the manifest)."""
 
 
-def check(manifest: dict, where: Path) -> None:
-    """Raise CheckpointError (one line naming ``where``) unless ``manifest`` can be resumed
-    from as far as its own values go."""
-    from trainer.checkpoint import CheckpointError
-
-    try:
-        _check(manifest)
-    except _Invalid as exc:
-        raise CheckpointError(f"{where}: {exc}") from None
-
-
-def _check(m: dict) -> None:
+def check(m: dict) -> None:
+    """Raise Invalid (one line) unless manifest ``m`` can be resumed from as far as its own
+    values go."""
     _get(m, "name", str, "name")
     owner = _get(m, "owner", dict, "owner")
     for key in ("run_id", "home_id"):
@@ -55,12 +46,12 @@ def _check(m: dict) -> None:
     _get(state.get("fingerprint"), "files", dict, "state.fingerprint.files")
     passes = _get(state, "passes", dict, "state.passes")
     if MAIN not in passes:
-        raise _Invalid("state.passes has no main pass")
+        raise Invalid("state.passes has no main pass")
     for label in passes:
         _check_pass(label, _get(passes, label, dict, f"state.passes.{label}"))
     step = _get(state, "step", int, "state.step")
     if step != passes[MAIN]["steps_done"]:
-        raise _Invalid(f"state.step is {step}, the main pass's steps done "
+        raise Invalid(f"state.step is {step}, the main pass's steps done "
                             f"{passes[MAIN]['steps_done']}")
     _check_files(_get(m, "files", dict, "files"), passes)
     _check_rng(_get(m, "rng", dict, "rng"))
@@ -74,48 +65,48 @@ def _check_pass(label: str, p: dict) -> None:
     losses = _get(p, "losses", list, f"{where}.losses")
     config = _get(p, "config", (dict, type(None)), f"{where}.config")
     if not 0 <= done <= steps or steps < 1:
-        raise _Invalid(f"{where}: {done} steps done of {steps}")
+        raise Invalid(f"{where}: {done} steps done of {steps}")
     if len(losses) != done:
-        raise _Invalid(f"{where}: {len(losses)} losses for {done} steps done")
+        raise Invalid(f"{where}: {len(losses)} losses for {done} steps done")
     for k, loss in enumerate(losses):
         if not _is(loss, (int, float)):
-            raise _Invalid(f"{where}.losses[{k}] is {_kind(loss)}, not a number")
+            raise Invalid(f"{where}.losses[{k}] is {_kind(loss)}, not a number")
     if done and config is None:
-        raise _Invalid(f"{where}.config is null for a pass with steps done")
+        raise Invalid(f"{where}.config is null for a pass with steps done")
 
 
 def _check_files(files: dict, passes: dict) -> None:
     for name, info in files.items():
         match = _FILE.fullmatch(name)
         if match is None or match.group(1) not in passes:
-            raise _Invalid(f"files: {name!r} is not the file of one of its passes")
+            raise Invalid(f"files: {name!r} is not the file of one of its passes")
         info = _get(files, name, dict, f"files.{name}")
         digest = _get(info, "xxh3_64", str, f"files.{name}.xxh3_64")
         if not _HEX.fullmatch(digest):
-            raise _Invalid(f"files.{name}.xxh3_64 is not a checksum in hex")
+            raise Invalid(f"files.{name}.xxh3_64 is not a checksum in hex")
         if _get(info, "bytes", int, f"files.{name}.bytes") < 0:
-            raise _Invalid(f"files.{name}.bytes is negative")
+            raise Invalid(f"files.{name}.bytes is negative")
     for label, p in passes.items():
         loaded = p["steps_done"] > 0 and (label == MAIN or p["steps_done"] < p["steps"])
         if loaded and f"{label}.safetensors" not in files:
-            raise _Invalid(f"files lists no {label}.safetensors, which the {label} pass "
+            raise Invalid(f"files lists no {label}.safetensors, which the {label} pass "
                                 f"at step {p['steps_done']} is resumed from")
 
 
 def _check_rng(rng: dict) -> None:
     if "torch" not in rng:
-        raise _Invalid("rng has no torch state")
+        raise Invalid("rng has no torch state")
     for name, text in rng.items():
         if not _RNG.fullmatch(name):
-            raise _Invalid(f"rng: {name!r} is not a random state the trainer keeps")
+            raise Invalid(f"rng: {name!r} is not a random state the trainer keeps")
         if not isinstance(text, str):
-            raise _Invalid(f"rng.{name} is {_kind(text)}, not base64 text")
+            raise Invalid(f"rng.{name} is {_kind(text)}, not base64 text")
         try:
             raw = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
-            raise _Invalid(f"rng.{name} is not base64") from None
+            raise Invalid(f"rng.{name} is not base64") from None
         if name == "torch" and len(raw) != _torch_rng_bytes():
-            raise _Invalid(f"rng.torch holds {len(raw)} bytes, torch's random state "
+            raise Invalid(f"rng.torch holds {len(raw)} bytes, torch's random state "
                                 f"{_torch_rng_bytes()}")
 
 
@@ -129,12 +120,12 @@ def _torch_rng_bytes() -> int:
 def _get(obj: dict, key: str, kinds, name: str):
     """``obj[key]``, which must be one of ``kinds`` (an int is never a bool here)."""
     if not isinstance(obj, dict) or key not in obj:
-        raise _Invalid(f"has no {name}")
+        raise Invalid(f"has no {name}")
     value = obj[key]
     if not _is(value, kinds):
         words = "a number" if kinds == (int, float) else " or ".join(
             _KIND_WORDS[k] for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
-        raise _Invalid(f"{name} is {_kind(value)}, not {words}")
+        raise Invalid(f"{name} is {_kind(value)}, not {words}")
     return value
 
 

@@ -128,30 +128,36 @@ class OutputFolder:
 
     def _check(self, ckpt: Checkpoint, plan) -> None:
         """What a checkpoint must be to resume this run, beyond its own form: written by
-        this config, with this run's passes at a point of their order, and every file it
-        lists holding exactly the tensors this model's engine keeps (checked before any
-        engine is built, so that ``auto`` can still pass it over)."""
+        this config, with this run's passes, and every file it lists holding exactly the
+        tensors this model's engine keeps: checked before any engine is built, so that
+        ``auto`` can still pass it over."""
         differ = differences(ckpt.state["fingerprint"], self.fingerprint)
         if differ:
             raise CheckpointError(f"{ckpt.path}: written by another config ({'; '.join(differ)})"
                                   f": resume with the same options, or give another --out")
+        self._check_passes(ckpt, plan)
+        expected = self.recipe.expected_layout()
+        for file in ckpt.manifest["files"]:
+            checkpoint.check_layout(ckpt, file, expected)
+
+    def _check_passes(self, ckpt: Checkpoint, plan) -> None:
+        """The checkpoint's passes are the run's (label, steps), at a point of their
+        interleaved order when they interleave."""
         where = ckpt.path / checkpoint.MANIFEST
         saved = ckpt.state["passes"]
-        if sorted(saved) != sorted(label for label, _, _ in plan):
+        labels = [label for label, _, _ in plan]
+        if sorted(saved) != sorted(labels):
             raise CheckpointError(f"{where}: has the passes {sorted(saved)}, this run "
-                                  f"{sorted(label for label, _, _ in plan)}")
+                                  f"{sorted(labels)}")
         for label, _, steps in plan:
             if saved[label]["steps"] != steps:
                 raise CheckpointError(f"{where}: has no {label} pass of {steps} steps")
         if self.cfg.baseline and self.cfg.interleave:
             order = interleaved_order([steps for _, _, steps in plan], self.cfg.interleave)
-            done = [saved[label]["steps_done"] for label, _, _ in plan]
+            done = [saved[label]["steps_done"] for label in labels]
             if [order[:sum(done)].count(i) for i in range(len(plan))] != done:
                 raise CheckpointError(f"{where}: its passes' steps are not a point of the "
                                       f"interleaved order (another --interleave)")
-        expected = self.recipe.expected_layout()
-        for file in ckpt.manifest["files"]:
-            checkpoint.check_layout(ckpt, file, expected)
 
     def _passed_over(self, path: Path, why: str) -> None:
         self.recipe.writer.write(Event(records.CHECKPOINT_BAD, f"passed over: {why}",

@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import resource
+import shutil
 import struct
 from pathlib import Path
 
@@ -22,7 +23,6 @@ from test_trainer_checkpoints import events, steps, train
 
 from trainer import checkpoint, models, records, weights
 from trainer.checkpoint import MANIFEST, CheckpointError
-from trainer.engine import state_layout_of
 from trainer.ownership import NotOurs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def agree(folder: Path, edit=lambda manifest: None) -> None:
     manifest.pop(checkpoint.CHECKSUM)
     for name, info in manifest["files"].items():
         file = folder / name
-        if file.is_file() and not file.is_symlink():
+        if file.is_file():  # a link: what it points to
             info["bytes"] = file.stat().st_size
             info[checkpoint.CHECKSUM] = xxhash.xxh3_64(file.read_bytes()).hexdigest()
     edit(manifest)
@@ -214,12 +214,23 @@ def test_a_manifest_past_its_size_cap_is_refused_unread(tmp_path):
 
 
 def limited_memory():
-    """A trainer that tries to read /dev/zero into memory stops at 4 GB, not the host's."""
-    resource.setrlimit(resource.RLIMIT_DATA, (4 << 30, 4 << 30))
+    """A trainer that tries to read /dev/zero into memory stops at 2 GB, not the host's (a
+    tiny run needs a quarter of it)."""
+    resource.setrlimit(resource.RLIMIT_DATA, (2 << 30, 2 << 30))
+
+
+def fifo_listed_empty(file: Path) -> None:
+    """A FIFO in place of the weights, which the manifest lists as the empty file it
+    stats as: a reader that opens it waits for a writer forever."""
+    file.unlink()
+    os.mkfifo(file)
+    empty = xxhash.xxh3_64(b"").hexdigest()
+    agree(file.parent, lambda m: m["files"]["main.safetensors"].update(
+        {"bytes": 0, checkpoint.CHECKSUM: empty}))
 
 
 @pytest.mark.parametrize("plant, words", [
-    (lambda f: (f.unlink(), os.mkfifo(f)), "main.safetensors: not a regular file (a FIFO)"),
+    (fifo_listed_empty, "main.safetensors: not a regular file (a FIFO)"),
     (lambda f: (f.parent.joinpath(MANIFEST).unlink(), os.mkfifo(f.parent / MANIFEST)),
      "manifest.json: not a regular file (a FIFO)"),
     (lambda f: (f.parent.joinpath(MANIFEST).unlink(),
@@ -279,7 +290,7 @@ def test_a_file_swapped_after_it_was_verified_is_never_opened(tmp_path):
 ])
 def test_the_skeletons_layout_is_the_engines(name, lora, backends, resident):
     from trainer import backends as backend_specs
-    from trainer.engine import LayerEngine
+    from trainer.engine import LayerEngine, state_layout_of
 
     spec = models.resolve(name)
     model = models.build(spec, 128, seed=0)
@@ -289,3 +300,20 @@ def test_the_skeletons_layout_is_the_engines(name, lora, backends, resident):
     skeleton = models.skeleton(spec, 128, lora)
     assert state_layout_of(skeleton, moments=True) == engine.state_layout(moments=True)
     assert next(skeleton.parameters()).device.type == "meta"
+
+
+def test_passes_that_are_not_a_point_of_the_interleaved_order_are_passed_over(tmp_path):
+    run = {**TWO, "baseline": True, "baseline_steps": 6, "interleave": 2, "settle": 0}
+    train(tmp_path, **run)
+
+    def baseline_behind(m):  # main 6 and baseline 5: no point of A A B B B B A A A A B B
+        baseline = m["state"]["passes"]["baseline"]
+        baseline["steps_done"], baseline["losses"] = 5, baseline["losses"][:5]
+        m["files"]["baseline.safetensors"] = m["files"]["main.safetensors"]
+    shutil.copy(newest(tmp_path) / "main.safetensors", newest(tmp_path) / "baseline.safetensors")
+    agree(newest(tmp_path), baseline_behind)
+    recs = train(tmp_path, **run)
+    (bad,) = events(recs, records.CHECKPOINT_BAD)
+    assert bad.data["error"] == (f"{newest(tmp_path) / MANIFEST}: its passes' steps are not a "
+                                 f"point of the interleaved order (another --interleave)")
+    assert events(recs, records.RESUME)[0].data["step"] == 3
