@@ -175,6 +175,7 @@ def bench_save(engine, tmp: Path, reps: int) -> dict:
     the writeback that the ones before it left. Shuffled (seeded), since a write on a
     shared VM's disk ran up to 3x slower after some others: a fixed order pins that on one."""
     from trainer import checkpoint, save, weights
+    from trainer.ownership import Owner
 
     model = engine.model
     tensors = {e.name: e.fetch() for e in save.full_entries(model)}
@@ -195,7 +196,7 @@ def bench_save(engine, tmp: Path, reps: int) -> dict:
                                        weights.file_digest(p)),
         "save_unhashed": unhashed,
         "checkpoint": lambda p: checkpoint.write(p, "step-1", {"main.safetensors": state},
-                                                 ck_state, keep=1),
+                                                 ck_state, keep=1, owner=Owner(None, None)),
         "checkpoint_save_file": lambda p: save_file_synced(state, p, False),
         "checkpoint_save_file_fsync": lambda p: save_file_synced(state, p, True),
     }

@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a model layer by layer and write step records",
                        description="Train, writing the step-record contract to stdout and --log.")
     t.add_argument("--run-id", default=None, help="id of the run, copied into every start record")
+    t.add_argument("--home-id", default=None, metavar="ID",
+                   help="id of the rngdctl home the run belongs to (the daemon passes it)")
     t.add_argument("--model", default="tiny-llama",
                    help="tiny-llama, tiny-qwen2, llama-3.1-8b-mini, or a local model folder")
     kind = t.add_mutually_exclusive_group()
@@ -98,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--resume", default="auto", metavar="auto|PATH",
                    help="auto (default): go on from the newest complete checkpoint under "
                         "--out, if there is one; PATH: from that checkpoint")
+    o.add_argument("--resume-foreign", action="store_true",
+                   help="with --resume PATH: go on from a checkpoint of another run or home "
+                        "(refused without it, naming whose it is)")
     o.add_argument("--on-checkpoint-error", choices=("continue", "stop"), default="continue",
                    help="a checkpoint that cannot be written (a full disk): go on training, "
                         "the previous one kept, or stop (default continue)")
@@ -184,7 +189,7 @@ def cmd_train(args) -> int:
     logfile = _open_log(args.log)
     writer = RecordWriter(sys.stdout, logfile)
     cfg = TrainConfig(
-        run_id=args.run_id, model=args.model, lora=args.lora,
+        run_id=args.run_id, home_id=args.home_id, model=args.model, lora=args.lora,
         resident_layers=args.resident_layers, backend=args.backend, steps=args.steps,
         seq_len=args.seq_len, accum=args.accum, micro_batch=args.micro_batch, lr=args.lr,
         schedule=args.schedule, warmup=args.warmup, weight_decay=args.weight_decay,
@@ -194,6 +199,7 @@ def cmd_train(args) -> int:
         interleave=args.interleave, cache_dir=args.cache_dir, log=args.log, out=args.out,
         merge=args.merge, checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints, resume=args.resume,
+        resume_foreign=args.resume_foreign,
         on_checkpoint_error=args.on_checkpoint_error, eval_data=args.eval_data,
         eval_split=args.eval_split, eval_every=args.eval_every)
     recipe = None

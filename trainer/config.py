@@ -31,6 +31,7 @@ def default_baseline_steps(steps: int, interleave: int) -> int:
 @dataclass
 class TrainConfig:
     run_id: str | None = None
+    home_id: str | None = None  # the rngdctl home's id (the daemon's); None: started by hand
     model: str = "tiny-llama"  # a named config or a folder with config.json
     lora: int = 0  # 0: full fine-tuning; N: LoRA adapters of rank N
     resident_layers: int = 0  # per card: layers whose master and AdamW stay on the card
@@ -60,6 +61,7 @@ class TrainConfig:
     checkpoint_every: int | None = None  # main steps between checkpoints; None: on SIGTERM only
     keep_checkpoints: int = 2
     resume: str = "auto"  # auto: the newest complete checkpoint under out, if any; or a PATH
+    resume_foreign: bool = False  # --resume PATH may be another run's (or home's) checkpoint
     on_checkpoint_error: str = "continue"  # a checkpoint that cannot be written: go on or stop
     # --- the held-out loss ---
     eval_data: str | None = None  # same forms as data
@@ -97,6 +99,9 @@ class TrainConfig:
             raise UsageError("--keep-checkpoints must be at least 1")
         if self.out is None and (self.checkpoint_every or self.resume != "auto"):
             raise UsageError("--checkpoint-every and --resume need --out (where checkpoints go)")
+        if self.resume_foreign and self.resume == "auto":
+            raise UsageError("--resume-foreign needs --resume PATH (auto takes only this run's "
+                             "own checkpoints)")
         if self.merge and not self.lora:
             raise UsageError("--merge needs --lora")
         if self.on_checkpoint_error not in ("continue", "stop"):

@@ -466,13 +466,8 @@ class LayerEngine:
     def state_layout(self, moments: bool) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """The (shape, dtype) of each tensor ``state_tensors`` gives once a step has run
         (``moments``) or before."""
-        out = {}
-        for name, param, _ in self.trainable:
-            out[f"{name}.master"] = (tuple(param.shape), param.dtype)
-            if moments:
-                out[f"{name}.exp_avg"] = out[f"{name}.exp_avg_sq"] = out[f"{name}.master"]
-                out[f"{name}.step"] = ((), torch.float32)
-        return out
+        return _with_moments({name: (tuple(param.shape), param.dtype)
+                              for name, param, _ in self.trainable}, moments)
 
     def load_state(self, fetch: Callable[[str], torch.Tensor], moments: bool) -> None:
         """Masters (and AdamW state) from a checkpoint's tensors, one at a time, in place.
@@ -503,6 +498,38 @@ class LayerEngine:
             parts = [s.dev_grad[g].to("cpu") for g in ("decay", "no_decay") if g in s.dev_grad]
             out.append(torch.cat(parts) if parts else torch.zeros(0))
         return out
+
+
+def state_layout_of(model: nn.Module, moments: bool) -> dict[str, tuple[tuple[int, ...],
+                                                                         torch.dtype]]:
+    """What ``state_layout`` of an engine of ``model`` gives, without building the engine:
+    a model on the meta device will do, so a checkpoint is checked against it before any
+    engine exists. The names are ``_place``'s: embed, norm and head by parameter (a tied
+    head once), each layer by group, as one flat buffer."""
+    inner, masters, seen = model.model, {}, []
+    for piece, module in (("embed", inner.embed_tokens), ("norm", inner.norm),
+                          ("head", model.lm_head)):
+        names = {id(q): n for n, q in module.named_parameters()}
+        for params in _split_groups(module).values():
+            for q in params:
+                if not any(q is o for o in seen):
+                    seen.append(q)
+                    masters[f"{piece}.{names[id(q)]}"] = (tuple(q.shape), q.dtype)
+    for i, layer in enumerate(inner.layers):
+        for group, params in _split_groups(layer).items():
+            masters[f"layers.{i}.{group}"] = ((sum(q.numel() for q in params),), torch.float32)
+    return _with_moments(masters, moments)
+
+
+def _with_moments(masters: dict, moments: bool) -> dict:
+    """Each master's layout (``NAME.master``), and with ``moments`` its AdamW state's."""
+    out = {}
+    for name, layout in masters.items():
+        out[f"{name}.master"] = layout
+        if moments:
+            out[f"{name}.exp_avg"] = out[f"{name}.exp_avg_sq"] = layout
+            out[f"{name}.step"] = ((), torch.float32)
+    return out
 
 
 def _parse_injection(text: str) -> tuple[int, str] | None:

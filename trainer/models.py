@@ -106,6 +106,22 @@ def build(spec: ModelSpec, vocab_size: int | None, seed: int) -> nn.Module:
     return model
 
 
+def skeleton(spec: ModelSpec, vocab_size: int | None, lora: int) -> nn.Module:
+    """The model's modules and parameter shapes on the meta device: no memory, no weights
+    read, torch's random state untouched. What a checkpoint is checked against."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        if spec.folder is not None:
+            config = AutoConfig.from_pretrained(spec.folder)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        else:
+            model = build(spec, vocab_size, seed=0)
+        if lora:
+            add_lora(model, lora)
+    return model
+
+
 def num_layers(model: nn.Module) -> int:
     return len(model.model.layers)
 

@@ -13,14 +13,17 @@ how often checkpoints and evaluations come, and the output format.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from trainer import checkpoint, records, weights
 from trainer.checkpoint import Checkpoint, CheckpointError, CheckpointWriteError
-from trainer.errors import Preempted, TrainerError
+from trainer.errors import Preempted, TrainerError, UsageError
+from trainer.ownership import NotOurs, Owner
 from trainer.records import END_PHASES, MAIN, Event
+from trainer.timing import interleaved_order
 
 #: TrainConfig fields a resumed run must share with the checkpoint it goes on from.
 RESUME_KEYS = ("model", "lora", "resident_layers", "backend", "steps", "seq_len", "accum",
@@ -36,12 +39,20 @@ def fingerprint(cfg) -> dict:
     out["files"] = {}
     model_config = Path(cfg.model).expanduser() / "config.json"
     if model_config.is_file():
-        out["files"]["model config.json"] = weights.file_digest(model_config)
+        out["files"]["model config.json"] = _digest(model_config)
     for key in ("data", "eval_data"):
         path = _data_path(values[key])
         if path is not None and path.is_file():
-            out["files"][key] = weights.file_digest(path)
+            out["files"][key] = _digest(path)
     return out
+
+
+def _digest(path: Path) -> str:
+    """The sha256 of one of the user's inputs (a link followed: a hub cache links them)."""
+    try:
+        return weights.file_digest(path, follow_symlinks=True)
+    except NotOurs as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _data_path(spec: str | None) -> Path | None:
@@ -83,40 +94,82 @@ class OutputFolder:
 
     # === resume ==============================================================
 
-    def find_resume(self) -> Checkpoint | None:
-        """The checkpoint to go on from (verified, and of this config), or None."""
+    @property
+    def owner(self) -> Owner:
+        """Whose checkpoints this run writes and goes on from: its run in its home."""
+        return Owner(self.cfg.run_id, self.cfg.home_id)
+
+    def find_resume(self, plan: list[tuple[str, int, int]]) -> Checkpoint | None:
+        """The checkpoint to go on from (verified, this run's own unless --resume-foreign,
+        of this config, its passes ``plan``'s (label, resident, steps)), or None."""
         if self.out is None:
             return None
         t0 = time.perf_counter()
         if self.cfg.resume == "auto":
-            found = checkpoint.newest(self.out, on_bad=self._passed_over)
+            found = checkpoint.newest(self.out, self.owner, on_bad=self._passed_over,
+                                      accept=lambda ckpt: self._check(ckpt, plan))
         else:
-            found = checkpoint.verify(Path(self.cfg.resume).expanduser())
+            found = self._given(plan)
         if found is None:
             return None
-        differ = differences(found.state["fingerprint"], self.fingerprint)
-        if differ:
-            raise CheckpointError(f"{found.path}: written by another config ({'; '.join(differ)})"
-                                  f": resume with the same options, or give another --out")
         self.newest = found.path
         self._resumed = found
         self._resume_started = t0
         return found
+
+    def _given(self, plan) -> Checkpoint:
+        """--resume PATH: the checkpoint there; another run's only with --resume-foreign."""
+        found = checkpoint.verify(Path(os.path.realpath(Path(self.cfg.resume).expanduser())))
+        why = checkpoint.foreign(found.path, found.owner, self.owner)
+        if why is not None and not self.cfg.resume_foreign:
+            raise checkpoint.ForeignCheckpoint(f"{why}: --resume-foreign to go on from it")
+        self._check(found, plan)
+        return found
+
+    def _check(self, ckpt: Checkpoint, plan) -> None:
+        """What a checkpoint must be to resume this run, beyond its own form: written by
+        this config, with this run's passes, and every file it lists holding exactly the
+        tensors this model's engine keeps: checked before any engine is built, so that
+        ``auto`` can still pass it over."""
+        differ = differences(ckpt.state["fingerprint"], self.fingerprint)
+        if differ:
+            raise CheckpointError(f"{ckpt.path}: written by another config ({'; '.join(differ)})"
+                                  f": resume with the same options, or give another --out")
+        self._check_passes(ckpt, plan)
+        expected = self.recipe.expected_layout()
+        for file in ckpt.manifest["files"]:
+            checkpoint.check_layout(ckpt, file, expected)
+
+    def _check_passes(self, ckpt: Checkpoint, plan) -> None:
+        """The checkpoint's passes are the run's (label, steps), at a point of their
+        interleaved order when they interleave."""
+        where = ckpt.path / checkpoint.MANIFEST
+        saved = ckpt.state["passes"]
+        labels = [label for label, _, _ in plan]
+        if sorted(saved) != sorted(labels):
+            raise CheckpointError(f"{where}: has the passes {sorted(saved)}, this run "
+                                  f"{sorted(labels)}")
+        for label, _, steps in plan:
+            if saved[label]["steps"] != steps:
+                raise CheckpointError(f"{where}: has no {label} pass of {steps} steps")
+        if self.cfg.baseline and self.cfg.interleave:
+            order = interleaved_order([steps for _, _, steps in plan], self.cfg.interleave)
+            done = [saved[label]["steps_done"] for label in labels]
+            if [order[:sum(done)].count(i) for i in range(len(plan))] != done:
+                raise CheckpointError(f"{where}: its passes' steps are not a point of the "
+                                      f"interleaved order (another --interleave)")
 
     def _passed_over(self, path: Path, why: str) -> None:
         self.recipe.writer.write(Event(records.CHECKPOINT_BAD, f"passed over: {why}",
                                        data={"path": str(path), "error": why}))
 
     def position(self, ckpt: Checkpoint, passes) -> None:
-        """Each pass's steps done and losses so far, and its start config, from ``ckpt``."""
+        """Each pass's steps done and losses so far, and its start config, from ``ckpt``
+        (whose passes ``find_resume`` checked)."""
         saved = ckpt.state["passes"]
         for p in passes:
-            mine = saved.get(p.label)
-            if mine is None or mine["steps"] != p.steps:
-                raise CheckpointError(f"{ckpt.path / checkpoint.MANIFEST}: has no {p.label} pass "
-                                      f"of {p.steps} steps")
-            p.summary.losses = [float(x) for x in mine["losses"]]
-            p.config = mine["config"]
+            p.summary.losses = [float(x) for x in saved[p.label]["losses"]]
+            p.config = saved[p.label]["config"]
 
     def load_engine(self, ckpt: Checkpoint, p) -> None:
         """A resumed pass's masters and AdamW state into its freshly built engine."""
@@ -173,7 +226,7 @@ class OutputFolder:
         t0 = time.perf_counter()
         try:
             path, size = checkpoint.write(self.out, name, files, state,
-                                          self.cfg.keep_checkpoints)
+                                          self.cfg.keep_checkpoints, owner=self.owner)
         except CheckpointWriteError as exc:
             self.phases["checkpoint_s"] += time.perf_counter() - t0
             action = self.cfg.on_checkpoint_error

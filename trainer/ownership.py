@@ -39,6 +39,10 @@ class NotOurs(Exception):
     """A path rngdctl will not trust or write: one line saying whose it is and what to do."""
 
 
+class OtherUsers(NotOurs):
+    """A path another uid owns (rather than one of ours that others may write)."""
+
+
 def _user(uid: int) -> str:
     try:
         import pwd
@@ -62,9 +66,15 @@ def check_private(path: Path, what: str, *, allow_group_write: bool = False) -> 
         raise NotOurs(f"{what} {path}: {exc.strerror}") from None
     if stat.S_ISLNK(st.st_mode):
         raise NotOurs(f"{what} {path} is a symbolic link: give the folder it points to")
+    return check_stat(path, st, what, allow_group_write=allow_group_write)
+
+
+def check_stat(path: Path, st: os.stat_result, what: str, *,
+               allow_group_write: bool = False) -> os.stat_result:
+    """check_private's rule on a stat already taken (an open file's fstat: no race)."""
     me = os.geteuid()
     if st.st_uid != me:
-        raise NotOurs(f"{what} {path} belongs to {_user(st.st_uid)}, not to you "
+        raise OtherUsers(f"{what} {path} belongs to {_user(st.st_uid)}, not to you "
                       f"({_user(me)}): use a {what} of your own")
     loose = stat.S_IWOTH | (0 if allow_group_write else stat.S_IWGRP)
     if st.st_mode & loose:
@@ -74,9 +84,9 @@ def check_private(path: Path, what: str, *, allow_group_write: bool = False) -> 
     return st
 
 
-def read_regular(path: Path, *, max_bytes: int, what: str = "file") -> bytes:
-    """The bytes of a regular file, never following a final symbolic link, never blocking
-    on a FIFO or a device, and never more than ``max_bytes``; else NotOurs (one line)."""
+def open_regular(path: Path, *, what: str = "file") -> tuple[int, os.stat_result]:
+    """(a read-only fd, its fstat) of a regular file, never following a final symbolic link
+    and never blocking on a FIFO or a device; else NotOurs (one line). The caller closes it."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -84,10 +94,22 @@ def read_regular(path: Path, *, max_bytes: int, what: str = "file") -> bytes:
         if os.path.islink(path):
             raise NotOurs(f"{path}: a symbolic link, not a {what}") from None
         raise NotOurs(f"{path}: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotOurs(f"{path}: not a regular file (a {_kind(st.st_mode)})")
+    return fd, st
+
+
+def read_regular(path: Path, *, max_bytes: int, what: str = "file",
+                 private: bool = False) -> bytes:
+    """The bytes of a regular file (``open_regular``), never more than ``max_bytes``; with
+    ``private``, only a file check_private allows. Else NotOurs (one line)."""
+    path = Path(path)
+    fd, st = open_regular(path, what=what)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotOurs(f"{path}: not a regular file (a {_kind(st.st_mode)})")
+        if private:
+            check_stat(path, st, what)
         if st.st_size > max_bytes:
             raise NotOurs(f"{path}: {st.st_size} bytes, more than a {what} holds "
                           f"({max_bytes})")

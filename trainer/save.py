@@ -64,18 +64,33 @@ class Saved:
 
 
 def full_entries(model: nn.Module) -> list[Entry]:
-    """Every weight by its transformers name, each shared tensor once (a tied head).
+    """Every weight by its transformers name, each shared tensor once (a tied head): the
+    tensors ``save_pretrained`` of the base architecture writes.
 
-    A LoRA-wrapped model gives its base weights under the base model's names.
+    A LoRA-wrapped model gives its base weights under the base model's names, and
+    not its adapters (those are the adapter's file, or folded in by a merge).
     """
+    lora = {name for name, m in model.named_modules() if isinstance(m, LoRALinear)}
     entries, seen = [], set()
     for name, tensor in model.state_dict(keep_vars=True).items():
+        module, _, leaf = name.rpartition(".")
+        if module in lora and leaf in ("lora_a", "lora_b"):
+            continue
         key = (tensor.data_ptr(), tuple(tensor.shape), tensor.device)
         if key in seen:
             continue  # the tied head: transformers ties it back on load
         seen.add(key)
-        entries.append(Entry.of(name.replace(".base.", "."), tensor.data))
+        entries.append(Entry.of(_base_name(name, lora), tensor.data))
     return entries
+
+
+def _base_name(name: str, lora: set[str]) -> str:
+    """``...q_proj.base.weight`` of a LoRA-wrapped projection as the base model names it."""
+    module, _, leaf = name.rpartition(".")
+    parent, _, last = module.rpartition(".")
+    if last == "base" and parent in lora:
+        return f"{parent}.{leaf}"
+    return name
 
 
 def merged_entries(model: nn.Module) -> list[Entry]:

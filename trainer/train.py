@@ -85,6 +85,7 @@ class Recipe:
         self.should_stop = should_stop
         self.outdir = OutputFolder(self)
         self.eval_set = None
+        self._expected_layout = None
 
     # --- setup ---------------------------------------------------------------
 
@@ -150,6 +151,18 @@ class Recipe:
         return LayerEngine(model, self.backends, resident, cfg.lr, cfg.weight_decay,
                            cfg.max_grad_norm, checkpoint=cfg.checkpoint)
 
+    def expected_layout(self) -> dict:
+        """The tensors, shapes and dtypes a checkpoint of this model holds for a pass,
+        from the model's skeleton (no memory): what find_resume checks a checkpoint
+        against before any engine is built."""
+        from trainer import models
+        from trainer.engine import state_layout_of
+
+        if self._expected_layout is None:
+            skeleton = models.skeleton(self.spec, self.vocab, self.cfg.lora)
+            self._expected_layout = state_layout_of(skeleton, moments=True)
+        return self._expected_layout
+
     # --- the passes ----------------------------------------------------------
 
     def run(self) -> list[PassSummary]:
@@ -161,7 +174,7 @@ class Recipe:
             plan.append((BASELINE, 0, cfg.baseline_steps
                          or default_baseline_steps(cfg.steps, cfg.interleave)))
         plan.append((MAIN, cfg.resident_layers, cfg.steps))
-        resume = self.outdir.find_resume()
+        resume = self.outdir.find_resume(plan)
         self.stop_if_asked([])
         if cfg.baseline and cfg.settle:
             self.settle(cfg.settle)
@@ -196,11 +209,7 @@ class Recipe:
         place in the same order.
         """
         order = interleaved_order([p.steps for p in passes], block)
-        done = sum(p.steps_done for p in passes)
-        if [order[:done].count(i) for i in range(len(passes))] != \
-                [p.steps_done for p in passes]:
-            raise UsageError(f"{resume.path}: its passes' steps are not a point of the "
-                             f"interleaved order (another --interleave)")
+        done = sum(p.steps_done for p in passes)  # a point of the order (find_resume)
         live = [p for p in passes if not p.done]
         for p in live:
             p.begin(resume)

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import torch
 
+from trainer import ownership
+
 #: torch dtype -> the format's name for it.
 DTYPES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -172,9 +174,10 @@ class _Hasher(threading.Thread):
 
 
 def write_file(path: Path, entries: Iterable[Entry], metadata: dict[str, str] | None = None,
-               *, fsync: bool = True, checksum: str = SHA256) -> tuple[str, int]:
+               *, fsync: bool = True, checksum: str = SHA256, mode: int = 0o666,
+               ) -> tuple[str, int]:
     """Write ``entries`` to ``path`` as one safetensors file; returns (its ``checksum`` in
-    hex, bytes).
+    hex, bytes). ``mode``: the new file's, less the umask (a checkpoint's is 0600).
 
     The file is written under its own name: callers that need it to appear
     whole write into a temporary folder or name and rename.
@@ -188,7 +191,7 @@ def write_file(path: Path, entries: Iterable[Entry], metadata: dict[str, str] | 
     hasher.start()
     size = handed = len(head)
     try:
-        with open(path, "wb") as f:  # buffered: it writes a large piece whole
+        with open(path, "wb", opener=_opener(mode)) as f:  # buffered: a large piece whole
             f.write(head)
             _maybe_fail(path)
             for e in entries:
@@ -206,6 +209,13 @@ def write_file(path: Path, entries: Iterable[Entry], metadata: dict[str, str] | 
     finally:
         digest = hasher.hexdigest()
     return digest, size
+
+
+def _opener(mode: int):
+    """open()'s opener for a new file of ``mode`` that is never a final symbolic link."""
+    def opener(path, flags):
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    return opener
 
 
 def _start_writeback(fd: int, offset: int, length: int) -> None:
@@ -246,12 +256,29 @@ def shards(entries: list[Entry], max_bytes: int = MAX_SHARD_BYTES) -> list[list[
     return out
 
 
-def file_digest(path: Path, kind: str = SHA256, chunk: int = 16 << 20) -> str:
-    """The checksum of a file as it is on disk."""
+def file_digest(path: Path, kind: str = SHA256, chunk: int = 16 << 20, *,
+                follow_symlinks: bool = False) -> str:
+    """The checksum of a regular file as it is on disk.
+
+    A FIFO or a device is never opened for reading (it could block or never
+    end), and a final symbolic link is followed only when asked: the user's
+    own inputs (a model folder from a hub cache links its files), never a
+    file rngdctl wrote. Anything else raises NotOurs (trainer/ownership.py).
+    """
+    if follow_symlinks:
+        path = Path(os.path.realpath(path))
+    fd, _ = ownership.open_regular(path)
+    try:
+        return fd_digest(fd, kind, chunk)
+    finally:
+        os.close(fd)
+
+
+def fd_digest(fd: int, kind: str = SHA256, chunk: int = 16 << 20) -> str:
+    """The checksum of an open file from its current offset to its end."""
     digest = new_digest(kind)
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
+    while block := os.read(fd, chunk):
+        digest.update(block)
     return digest.hexdigest()
 
 

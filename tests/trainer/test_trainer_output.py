@@ -110,3 +110,65 @@ def test_merge_writes_full_weights_with_the_adapters_folded_in(tmp_path):
     assert not (tmp_path / "adapter_config.json").exists()
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager")
     assert_same_up_to_order(logits(loaded), logits(recipe.model))
+
+
+# === LoRA outputs hold what save_pretrained of the base architecture holds ============
+
+
+def safetensors_keys(folder) -> set[str]:
+    from safetensors import safe_open
+
+    keys = set()
+    for file in folder.glob("*.safetensors"):
+        with safe_open(str(file), "pt") as f:
+            keys |= set(f.keys())
+    return keys
+
+
+def pretrained_keys(folder, tmp_path) -> set[str]:
+    """The tensors transformers' own save_pretrained writes for the architecture in
+    ``folder``'s config.json."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
+    reference.save_pretrained(tmp_path / "reference")
+    return safetensors_keys(tmp_path / "reference")
+
+
+LORA_OUTPUTS = [("tiny-llama", {}, "."), ("tiny-llama", {"merge": True}, "."),
+                ("tiny-llama", {}, "base"), ("tiny-qwen2", {"merge": True}, "."),
+                ("tiny-qwen2", {}, "base")]
+LORA_IDS = ["llama merged", "llama adapter's base", "qwen2 (tied) merged", "qwen2 base"]
+
+
+@pytest.mark.parametrize("name, cfg, folder", LORA_OUTPUTS[1:], ids=LORA_IDS)
+def test_lora_outputs_hold_the_tensors_save_pretrained_of_the_base_writes(
+        tmp_path, name, cfg, folder):
+    trained(tmp_path / "out", model=name, lora=4, **cfg)
+    saved = tmp_path / "out" / folder
+    assert safetensors_keys(saved) == pretrained_keys(saved, tmp_path)
+
+
+@pytest.mark.parametrize("name, cfg, folder", LORA_OUTPUTS, ids=["llama full", *LORA_IDS])
+def test_every_output_loads_with_no_unexpected_or_missing_key(tmp_path, name, cfg, folder):
+    from transformers import AutoModelForCausalLM
+
+    trained(tmp_path, model=name, **({"lora": 4, **cfg} if cfg or folder == "base" else {}))
+    _, info = AutoModelForCausalLM.from_pretrained(tmp_path / folder, output_loading_info=True)
+    assert {k: v for k, v in info.items() if v} == {}
+
+
+def test_an_adapter_loads_onto_its_base_with_every_key_used(tmp_path):
+    import warnings
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    trained(tmp_path, lora=4)
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = PeftModel.from_pretrained(base, tmp_path)
+    assert [str(w.message) for w in caught if "keys" in str(w.message)] == []
+    again = model.load_adapter(tmp_path, adapter_name="again")
+    assert (again.missing_keys, again.unexpected_keys) == ([], [])
