@@ -160,10 +160,11 @@ def demo(ctx, home_path, steps, no_tui, out):
             raise click.ClickException("demo interrupted; its run was cancelled") from None
     with home.store() as store:
         run = store.run(run_id)
-        note = write_note(store, [run_id], Path(out) if out else home.path / "experiments")
+        note = (write_note(store, [run_id], Path(out) if out else home.path / "experiments")
+                if store.step_counts(run_id) else None)  # export refuses a run with no step
     click.echo(f"run {run_id}: {run['status']} in {time.monotonic() - started:.0f} s")
     _echo_model(home, run_id)
-    click.echo(f"note: {note}")
+    click.echo(f"note: {note}" if note else "note: none (the run stored no step)")
     _echo_saved(home, run_id)
     if run["status"] != "done":
         reason = (run["exit_reason"] or "").splitlines()

@@ -286,15 +286,16 @@ def model_lines(model: dict) -> list[str]:
     """The step model against the run: the error, then each phase measured against predicted."""
     from daemon.stepmodel import format_verdict
 
+    # The measured figure under its own name: the paired estimate is not the median the
+    # pass line above gives (stepmodel.Comparison.measured_name).
     lines = [(f"  step model (from the baseline pass): model {secs(model['model_s'])}, "
-              f"measured {secs(model['measured_s'])} (median of "
-              f"{model.get('window') or 'steps 6-N'}), error "
+              f"measured {secs(model['measured_s'])} ({model['measured_words']}), error "
               f"{format_verdict(model['error'], model.get('interval'))}")]
     split = model.get("split") or []
     if split:
-        lines.append(f"    {'phase':<13} {'model':>9} {'measured':>9} {'error':>7}")
+        lines.append(f"    {'phase':<13} {'model':>9} {'measured':>9} {'share of error':>15}")
         lines += [f"    {r['phase']:<13} {secs(r['model_s']):>9} {secs(r['measured_s']):>9} "
-                  f"{_share(r.get('error')):>7}" for r in split]
+                  f"{_share(r.get('share')):>15}" for r in split]
     if model.get("host_notice"):
         lines.append(f"    ! {model['host_notice']}")
     return lines
