@@ -43,7 +43,9 @@ class CardsParam(click.ParamType):
 @click.option("--cards", type=CardsParam(), required=True,
               help="Cards (one backend device each), or 'best': the fastest config that fits "
                    "the cards free now, by `rngdctl plan` (chooses --resident too).")
-@click.option("--resident", type=int, help="Resident layers per card.")
+@click.option("--resident", type=int,
+              help="Resident layers per card: their weights and AdamW state stay on the card "
+                   "(default 0: every layer offloaded to the host).")
 @click.option("--steps", type=int, help="Optimizer steps (default 200).")
 @click.option("--baseline", is_flag=True, default=None,
               help="Run an all-offload pass first, in the same Job, for the step model.")
@@ -120,13 +122,15 @@ def submit(home, as_json, after, priority, notify, **options):
         # stderr: stdout stays the run id alone, for scripts.
         click.echo(f"chose {chosen.best.cards} card{'s' if chosen.best.cards != 1 else ''} x "
                    f"{chosen.best.resident} resident ({secs(chosen.best.step_s)} a step "
-                   f"predicted from run {chosen.baseline_run}): {chosen.why}", err=True)
+                   f"predicted from run {chosen.baseline_run}, {chosen.priced.words()}): "
+                   f"{chosen.why}", err=True)
     if as_json:
         echo_json({"id": run_id, "status": "queued", "position": position, "config": config,
                    "after_run": store_after, "priority": priority, "notify": notify,
                    **({"chosen": {"cards": chosen.best.cards, "resident": chosen.best.resident,
                                   "step_s": chosen.best.step_s, "why": chosen.why,
-                                  "baseline_run": chosen.baseline_run}} if chosen else {})})
+                                  "baseline_run": chosen.baseline_run,
+                                  "priced": chosen.priced.as_dict()}} if chosen else {})})
     else:
         click.echo(run_id)
 
