@@ -109,6 +109,10 @@ def edit_run(store, ref, settings: list[str]) -> tuple[dict, dict]:
     if "name" in changes:
         check_name(store, config.get("name"), run_id=run["id"])
     if changes:
+        # Only here: submit, which loads this module, needs no checkpoint reader.
+        from daemon.run.resumable import check_edit
+
+        check_edit(store, run, config, settings)  # one that will resume: its checkpoint's keys
         if not store.replace_queued_config(run["id"], config):
             now = store.run(run["id"])["status"]
             raise BadInput(f"run {run['id']} is {now}: it left the queue while being edited")
