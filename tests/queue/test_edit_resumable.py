@@ -130,21 +130,9 @@ def test_a_queued_run_with_no_checkpoint_of_its_own_is_edited_freely(store, home
 # === end to end: the real daemon and trainer =======================================
 
 
-def start_daemon(home):
-    import os
-    import subprocess
-    import sys
-
-    from daemon import faults
-
-    env = {k: v for k, v in os.environ.items() if k != faults.ENV}
-    return subprocess.Popen(
-        [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon", "--tick", "0.2",
-         "--exit-when-idle"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env=env)
-
-
 def until_idle(home) -> None:
+    from tests.spine.test_resume import start_daemon
+
     daemon = start_daemon(home)
     assert daemon.wait(timeout=300) == 0, daemon.stderr.read()
 
@@ -153,6 +141,8 @@ def until_idle(home) -> None:
 def test_a_run_that_failed_on_its_checkpoint_is_edited_back_and_resumes_to_the_end(
         home, store, rngdctl):
     from procs import wait_for
+
+    from tests.spine.test_resume import start_daemon
 
     steps = 1000  # long enough to be running still when the test cancels it
     _, out, _ = rngdctl("submit", "--cards", "1", "--resident", "1", "--seq-len", "16",
