@@ -160,16 +160,20 @@ class RunReport:
 
 
 def attempt_starts(events: list[dict]) -> list[float]:
-    """When each attempt of a run began: each ``launch`` (a process, or a Job), where a train
-    Job launched after its own compile Job is the same attempt. Oldest first."""
-    starts, compiled = [], False
+    """When each attempt of a run began, oldest first: its ``notify`` start (stored at each
+    launch, from the tick that claimed the run, a notifier set or not), else its ``launch``
+    (a process or a Job; a train Job after its own compile Job is the same attempt)."""
+    starts, announced, compiled = [], False, False
     for e in events:
-        if e["kind"] != "launch":
-            continue
-        stage = (e.get("data") or {}).get("stage")
-        if not (compiled and stage == "train"):
+        data = e.get("data") or {}
+        if e["kind"] == "notify" and data.get("on") == "start":
             starts.append(e["time"])
-        compiled = stage == "compile"
+            announced, compiled = True, False
+        elif e["kind"] == "launch":
+            stage = data.get("stage")
+            if not announced and not (compiled and stage == "train"):
+                starts.append(e["time"])
+            announced, compiled = False, stage == "compile"
     return starts
 
 

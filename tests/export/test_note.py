@@ -299,3 +299,14 @@ def test_sections_are_headed_by_run_id_never_by_their_place_in_the_note(store, r
     headings = [line for line in text.splitlines() if line.startswith("## Run")]
     assert headings == ["## Run 9: r60 — 1 card × 2 resident layers, 60 steps",
                         "## Run 10 — 1 card, all offload, 30 steps"]
+
+
+def test_an_attempt_begins_at_its_start_notice_stored_before_its_launch(store, recorded,
+                                                                        tmp_path):
+    run = recorded(drifting_steps())  # launched at T0 + 10
+    store.add_event(run, "notify", f"run {run} (r60) started", now=T0 + 9,
+                    data={"on": "start", "status": "running"})
+    text = note_for(store, [run], tmp_path)
+    events = text.split("Events:\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert events[:2] == [f"- `+0s` notify: run {run} (r60) started",
+                          "- `+1s` launch: started pid 4242"]
