@@ -78,9 +78,13 @@ def check_edit(store, run: dict, config: dict, settings: list[str]) -> None:
     if found is None:
         return
     path, theirs = found
-    before, after = trainer_values(run["config"]), trainer_values(config)
+    try:
+        before = trainer_values(run["config"])
+    except (KeyError, TypeError, ValueError):  # a config stored before a key existed
+        before = {}  # then every key the checkpoint holds is checked
+    after = trainer_values(config)  # validated: every key is there
     for key in RESUME_KEYS:
-        if after[key] != before[key] and key in theirs and after[key] != theirs[key]:
+        if after[key] != before.get(key) and key in theirs and after[key] != theirs[key]:
             name = SET_NAMES.get(key, key)
             raise BadInput(
                 f"run {run['id']} goes on from {path}, written with {name} {theirs[key]!r}: "
