@@ -32,7 +32,7 @@ PHASES = ("step", *SPLIT)
 
 
 def shares(c: stepmodel.Comparison) -> dict[str, float]:
-    out = {r["phase"]: r["error"] for r in c.split() if r["error"] is not None}
+    out = {r["phase"]: r["share"] for r in c.split() if r["share"] is not None}
     return {"step": c.error, **out}
 
 

@@ -72,7 +72,7 @@ def reread(home: Path) -> Sample | None:
     if c is None or c.error is None:
         return None
     return Sample(c.error, interval_of(c), bool(c.host_changed),
-                  {r["phase"]: r["error"] for r in c.split() if r["error"] is not None})
+                  {r["phase"]: r["share"] for r in c.split() if r["share"] is not None})
 
 
 def counts(samples: list[Sample]) -> str:

@@ -23,6 +23,15 @@ from trainer.errors import UsageError
 BASELINE_STEPS, INTERLEAVED_BASELINE_STEPS = 40, 200
 
 
+#: TrainConfig fields a resumed run must share with the checkpoint it goes on from
+#: (trainer/outdir.py refuses another config's checkpoint). Here, torch-free, so that the
+#: daemon's `edit` checks a run that will resume against the same list (daemon/run/resumable.py).
+RESUME_KEYS = ("model", "lora", "resident_layers", "backend", "steps", "seq_len", "accum",
+               "micro_batch", "lr", "schedule", "warmup", "weight_decay", "max_grad_norm",
+               "data", "seed", "checkpoint", "baseline", "baseline_steps", "interleave",
+               "eval_data", "eval_split")
+
+
 def default_baseline_steps(steps: int, interleave: int) -> int:
     """The baseline's steps when --baseline-steps is not given."""
     return min(steps, INTERLEAVED_BASELINE_STEPS if interleave else BASELINE_STEPS)

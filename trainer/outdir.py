@@ -20,16 +20,11 @@ from pathlib import Path
 
 from trainer import checkpoint, records, weights
 from trainer.checkpoint import Checkpoint, CheckpointError, CheckpointWriteError
+from trainer.config import RESUME_KEYS
 from trainer.errors import Preempted, TrainerError, UsageError
 from trainer.ownership import NotOurs, Owner
 from trainer.records import END_PHASES, MAIN, Event
 from trainer.timing import interleaved_order
-
-#: TrainConfig fields a resumed run must share with the checkpoint it goes on from.
-RESUME_KEYS = ("model", "lora", "resident_layers", "backend", "steps", "seq_len", "accum",
-               "micro_batch", "lr", "schedule", "warmup", "weight_decay", "max_grad_norm",
-               "data", "seed", "checkpoint", "baseline", "baseline_steps", "interleave",
-               "eval_data", "eval_split")
 
 
 def fingerprint(cfg) -> dict:

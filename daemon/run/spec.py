@@ -19,6 +19,7 @@ MODEL_LAYERS = {"tiny-llama": 4, "tiny-qwen2": 4, "llama-3.1-8b-mini": 8}
 KNOWN_MODELS = tuple(MODEL_LAYERS)
 
 DEFAULTS = {
+    "resident": 0,  # per card; 0: every layer offloaded, a placement every --cards can make
     "steps": 200,
     "baseline": False,
     "baseline_steps": None,
@@ -103,9 +104,8 @@ def _check_data(data: str, option: str = "--data") -> str:
 def validate(options: dict) -> dict:
     """A complete run config from submitted options; raises BadInput on the first bad value."""
     config = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
-    for key in ("cards", "resident"):
-        if config.get(key) is None:
-            raise BadInput(f"--{key} is required")
+    if config.get("cards") is None:
+        raise BadInput("--cards is required")
     _at_least(config, "cards", 1)
     _at_least(config, "resident", 0)
     _at_least(config, "steps", 1)

@@ -130,8 +130,8 @@ def find_baseline(store, model: str) -> int:
         if base is not None and base.stats.steps >= needed:
             return run["id"]
     raise BadInput(f"no baseline for model {model!r} in the store: no run of it has an "
-                   f"all-offload pass of {needed} steps or more (submit one with --baseline, "
-                   "or name a run with --baseline RUN)")
+                   f"all-offload pass of {needed} steps or more; queue one: rngdctl submit "
+                   f"--model {model} --cards 1 --baseline")
 
 
 # === The plan ================================================================
@@ -163,6 +163,55 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Priced:
+    """The shape every row of a plan is priced at, beside its baseline's: when their tokens a
+    step differ, every figure is an extrapolation (the model scales the device compute
+    linearly in tokens; attention's quadratic part and fixed costs do not scale so)."""
+
+    seq_len: int
+    accum: int
+    micro_batch: int
+    baseline_seq_len: int
+    baseline_accum: int
+    baseline_micro_batch: int
+
+    @classmethod
+    def of(cls, target, baseline) -> Priced:
+        """From two ``stepmodel.Shape``s: the asked one and the baseline's."""
+        return cls(target.seq_len, target.accum, target.micro_batch, baseline.seq_len,
+                   baseline.accum, baseline.micro_batch)
+
+    @property
+    def tokens(self) -> int:
+        return self.seq_len * self.accum * self.micro_batch
+
+    @property
+    def baseline_tokens(self) -> int:
+        return self.baseline_seq_len * self.baseline_accum * self.baseline_micro_batch
+
+    @property
+    def extrapolation(self) -> float | None:
+        """The asked tokens a step over the baseline's; None when they are the same."""
+        return None if self.tokens == self.baseline_tokens else self.tokens / self.baseline_tokens
+
+    def words(self) -> str:
+        """"priced at seq 512, accum 4 (2,048 tokens a step): extrapolated 16x from ..."."""
+        text = (f"priced at seq {self.seq_len}, accum {self.accum}"
+                + (f", micro-batch {self.micro_batch}" if self.micro_batch != 1 else "")
+                + f" ({self.tokens:,} tokens a step")
+        ratio = self.extrapolation
+        if ratio is None:
+            return text + ", as the baseline ran: not extrapolated in tokens)"
+        return (text + f"): extrapolated {ratio:.3g}x from the baseline's "
+                f"{self.baseline_tokens:,} tokens a step (seq {self.baseline_seq_len}, accum "
+                f"{self.baseline_accum}), as if step time grew linearly with tokens")
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "tokens": self.tokens, "baseline_tokens": self.baseline_tokens,
+                "extrapolation": self.extrapolation}
+
+
+@dataclass(frozen=True)
 class Plan:
     baseline_run: int
     baseline_pass: str
@@ -174,11 +223,13 @@ class Plan:
     rows: tuple
     best: Row | None
     why: str  # why ``best`` (or why none)
+    priced: Priced  # the seq-len and accum every row is priced at, and the baseline's
 
     def as_dict(self) -> dict:
         return {"baseline_run": self.baseline_run, "baseline_pass": self.baseline_pass,
                 "baseline": self.baseline, "baseline_step_s": self.baseline_step_s,
                 "model": self.model, "steps": self.steps, "capacity": asdict(self.capacity),
+                "priced": self.priced.as_dict(),
                 "rows": [r.as_dict() for r in self.rows],
                 "best": ({"cards": self.best.cards, "resident": self.best.resident}
                          if self.best else None),
@@ -213,7 +264,9 @@ def _best(rows: list[Row], free: int) -> tuple[Row | None, str]:
 def make_plan(store, baseline_run: int, capacity: Capacity, *, steps: int,
               seq_len: int | None = None, accum: int | None = None,
               card_gb: float | None = None) -> Plan:
-    """Every (cards, resident per card) config the node allows, priced by the step model."""
+    """Every (cards, resident per card) config the node allows, priced by the step model at
+    ``seq_len`` and ``accum`` (None: the baseline's; ``rngdctl plan`` and ``submit --cards
+    best`` give submit's, so the two price the config a submit runs)."""
     base = stepmodel.baseline_of(store, baseline_run)
     if base is None:
         raise ModelFitError(f"cannot fit: run {baseline_run} has no all-offload pass "
@@ -239,4 +292,5 @@ def make_plan(store, baseline_run: int, capacity: Capacity, *, steps: int,
     return Plan(baseline_run=base.run_id, baseline_pass=base.label,
                 baseline=terms.baseline.describe(), baseline_step_s=terms.baseline_median_s,
                 model=str(store.run(baseline_run)["config"].get("model")), steps=steps,
-                capacity=capacity, rows=tuple(rows), best=best, why=why)
+                capacity=capacity, rows=tuple(rows), best=best, why=why,
+                priced=Priced.of(first.prediction.target, terms.baseline))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from daemon.errors import BadInput
-from daemon.run.spec import apply_settings, config_diff
+from daemon.run.spec import apply_settings, config_diff, parse_setting
 from daemon.store import CANCELLED, DONE, FAILED, FINISHED, OOM, QUEUED, TIMEOUT
 
 
@@ -25,12 +25,49 @@ def resolve_after(store, ref) -> int | None:
     return dep["id"]
 
 
+# === names ===================================================================
+# A run is named by id or by --name, so a name is one run's: `show NAME` never has to pick
+# between two. submit and edit refuse a name taken; clone and restart take NAME-2, NAME-3...
+
+#: The longest name (daemon/run/spec.py's rule), and the room a copy's "-N" may take.
+NAME_MAX, SUFFIX_MAX = 63, 6
+
+
+def check_name(store, name: str | None, *, run_id: int | None = None) -> None:
+    """BadInput (one line) when a run other than ``run_id`` already has ``name``."""
+    if name is None:
+        return
+    other = store.run_named(name)
+    if other is not None and other != run_id:
+        raise BadInput(f"--name {name!r} is run {other}'s already: a name is one run's; give "
+                       f"another (`rngdctl clone {other}` names its copy {free_name(store, name)})")
+
+
+def free_name(store, name: str | None) -> str | None:
+    """``name`` when no run has it, else the first of ``name-2``, ``name-3``... that none has
+    (shortened to fit the 63 characters a name may have)."""
+    if name is None:
+        return None
+    taken = store.names_starting(name[:NAME_MAX - SUFFIX_MAX])
+    if name not in taken:
+        return name
+    n = 2
+    while True:
+        suffix = f"-{n}"
+        candidate = name[:NAME_MAX - len(suffix)] + suffix
+        if candidate not in taken:
+            return candidate
+        n += 1
+
+
 def queue_run(store, config: dict, *, after=None, priority: int | None = None,
               notify: str | None = None) -> int:
     """Queue a validated config, waiting for ``after`` (id or name) and at ``priority``.
 
     ``notify``: the run's notifier command (checked here; '' turns the default off).
+    A ``name`` another run has is refused.
     """
+    check_name(store, config.get("name"))
     if notify is not None:
         # Only here: the notifier's module (threads, subprocesses) costs submit 18 ms to load.
         from daemon.scheduling.notify import parse_command
@@ -69,7 +106,13 @@ def edit_run(store, ref, settings: list[str]) -> tuple[dict, dict]:
         raise BadInput("give at least one --set key=value")
     config = apply_settings(run["config"], settings)
     changes = config_diff(run["config"], config)
+    if "name" in changes:
+        check_name(store, config.get("name"), run_id=run["id"])
     if changes:
+        # Only here: submit, which loads this module, needs no checkpoint reader.
+        from daemon.run.resumable import check_edit
+
+        check_edit(store, run, config, settings)  # one that will resume: its checkpoint's keys
         if not store.replace_queued_config(run["id"], config):
             now = store.run(run["id"])["status"]
             raise BadInput(f"run {run['id']} is {now}: it left the queue while being edited")
@@ -82,10 +125,15 @@ def clone_run(store, ref, settings: list[str]) -> tuple[int, dict]:
     """Queue a copy of any run's config, with changes; returns (new run id, changes).
 
     The copy keeps the priority and the notifier; it waits for nothing (--after is
-    not copied).
+    not copied). Its name is the run's with ``-2``, ``-3``... (``free_name``), or the one
+    ``--set name=`` gives, which no run may have.
     """
     run = store.run(ref)
     config = apply_settings(run["config"], settings)
+    if "name" in dict(parse_setting(s) for s in settings):
+        check_name(store, config.get("name"))
+    elif config.get("name") is not None:
+        config = {**config, "name": free_name(store, config["name"])}
     changes = config_diff(run["config"], config)
     new_id = store.add_run(config, name=config.get("name"), priority=run.get("priority") or 0,
                            notify=run.get("notify"))
@@ -147,7 +195,9 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
     pairs: list[tuple[int, int]] = []
     for run in sorted({r["id"]: r for r in runs}.values(), key=lambda r: r["id"]):
         after, after_text = _restart_after(store, run)
-        new_id = store.add_run(run["config"], name=run.get("name"), after=after,
+        name = free_name(store, run.get("name"))  # a name is one run's: NAME-2, NAME-3...
+        config = {**run["config"], "name": name} if "name" in run["config"] else run["config"]
+        new_id = store.add_run(config, name=name, after=after,
                                priority=run.get("priority") or 0, notify=run.get("notify"),
                                restart_of=run["id"])
         why = (run.get("exit_reason") or "").splitlines()[0] if run.get("exit_reason") else ""

@@ -22,12 +22,12 @@ import types
 #: and the statistics they read: ``submit``, ``runs`` and ``show`` start within 4x
 #: ``python -c pass`` (bench/cli_startup.py, tests/spine/test_startup_imports.py).
 _MODULES = {
-    "compare": ("MEDIAN_SE", "Z95", "Comparison", "compare", "format_error",
+    "compare": ("MEDIAN", "MEDIAN_SE", "PAIRED", "Z95", "Comparison", "compare", "format_error",
                 "format_seconds", "format_verdict", "median_se", "relative_error"),
     "design_table": ("TABLE_BEGIN", "TABLE_END", "TABLE_HEADER", "DesignRow", "design_row",
                      "update_design_table"),
     "fit": ("ESTIMATED", "NEEDED", "OPTIONAL", "SPLIT", "Prediction", "Steps", "Term",
-            "Terms", "edge_params", "fit", "predict", "predict_step"),
+            "Terms", "edge_params", "fit", "median_words", "predict", "predict_step"),
     "memory": ("CARD_GB", "HOST_BYTES", "HOST_PLAYS_CARD", "OFFLOADED_BYTES",
                "RESIDENT_BYTES", "MemoryCheck", "card_bytes", "card_gb_for", "host_bytes",
                "host_memory_check", "host_plays_cards", "memory_check"),

@@ -101,7 +101,8 @@ def _phase_medians(p: stats.PassStats, what: str) -> dict[str, float]:
     return {ph: p.phase_medians[ph] for ph in (*NEEDED, *OPTIONAL)}
 
 
-def _range(p: stats.PassStats) -> str:
+def median_words(p: stats.PassStats) -> str:
+    """Which steps a pass's median is over: "median of steps 6-60" (the note's, the terms')."""
     first, last = p.first_step, p.last_step
     return f"median of steps {first}-{last}" if last > first else f"step {first}"
 
@@ -189,7 +190,7 @@ def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
                             "the model needs an all-offload baseline (0 resident)")
     med = _phase_medians(base, "baseline")
     median_s = float(base.median_step_s)
-    where = f"{baseline_label}, {_range(base)}"
+    where = f"{baseline_label}, {median_words(base)}"
     off = shape.offloaded
 
     cal = (baseline_config or {}).get(OPTIM_CALIBRATION)
@@ -206,7 +207,7 @@ def fit(baseline_steps: Steps, baseline_config: dict | None = None, *,
         moved = 0.0 if rshape.offloaded else _moved_to_cards(host_fixed.seconds, host_call.seconds)
         per_layer = (rmed["device_optim"] - med["device_optim"] - moved) / rshape.resident
         device = Term("device_optim", max(per_layer, 0.0), "resident layer",
-                      f"{resident_label}, {_range(resident)}, less the baseline's embed and head")
+                      f"{resident_label}, {median_words(resident)}, less the baseline's embed and head")
     elif g is not None:
         device = _device_per_layer(g, cal, (baseline_config or {}).get("backend"))
     else:

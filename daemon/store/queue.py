@@ -48,6 +48,20 @@ class Queue(Connection):
     def set_priority(self, run_id: int, priority: int) -> None:
         self.update_run(run_id, priority=priority)
 
+    def run_named(self, name: str) -> int | None:
+        """The id of a run named ``name`` (a name is one run's), or None; one query."""
+        row = self.conn.execute("SELECT id FROM runs WHERE name = ? LIMIT 1", (name,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def names_starting(self, prefix: str) -> set[str]:
+        """Every run name that starts with ``prefix``, in one query (``clone`` picks
+        ``NAME-2``, ``NAME-3``... from them)."""
+        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self.conn.execute("SELECT name FROM runs WHERE name LIKE ? ESCAPE '\\'",
+                                 (pattern,)).fetchall()
+        # LIKE ignores ASCII case: the exact prefix is kept here.
+        return {r[0] for r in rows if r[0].startswith(prefix)}
+
     def replace_queued_config(self, run_id: int, config: dict) -> bool:
         """A queued run's new config (and name, which the config carries); False if it left."""
         return bool(self.conn.execute(

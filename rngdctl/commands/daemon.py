@@ -31,6 +31,8 @@ def _note_writer(config):
     def write(store, run_id: int, folder):
         from rngdctl.export import write_note
 
+        if not store.step_counts(run_id):
+            return None  # export refuses a run with no step: the notifier is told of none
         return write_note(store, [run_id], folder, k8s=config.k8s)
 
     return write

@@ -122,7 +122,8 @@ def _echo_saved(home, run_id: int) -> None:
 
 
 @click.command()
-@click.option("--steps", type=click.IntRange(min=1), default=DEMO_RUN["steps"], show_default=True)
+@click.option("--steps", type=click.IntRange(min=1), default=DEMO_RUN["steps"], show_default=True,
+              help="Steps of the demo's run (its baseline takes as many).")
 @click.option("--no-tui", is_flag=True, help="Print progress lines instead of opening the TUI.")
 @click.option("--out", type=click.Path(file_okay=False),
               help="Where the note goes (default: HOME/experiments).")
@@ -137,14 +138,16 @@ def demo(ctx, home_path, steps, no_tui, out):
     """
     from daemon.home import Home
     from daemon.run.spec import validate
+    from daemon.scheduling.queueing import free_name
     from rngdctl.export import write_note
 
     given = home_path or ctx.meta.get("rngdctl.home_given")
     home = Home(given or tempfile.mkdtemp(prefix="rngdctl-demo-")).ensure()
     started = time.monotonic()
     with home.store() as store:
-        config = validate({**DEMO_RUN, "steps": steps})
-        run_id = store.add_run(config, name="demo")
+        name = free_name(store, DEMO_RUN["name"])  # demo-2 in a home that had a demo
+        config = validate({**DEMO_RUN, "steps": steps, "name": name})
+        run_id = store.add_run(config, name=name)
     click.echo(f"home {home.path}: queued run {run_id} ({steps} steps of tiny-llama on cpu, "
                f"interleaved with a {baseline_steps(config)}-step all-offload baseline)")
     with open(home.path / "daemon.log", "ab") as daemon_log:
@@ -160,10 +163,11 @@ def demo(ctx, home_path, steps, no_tui, out):
             raise click.ClickException("demo interrupted; its run was cancelled") from None
     with home.store() as store:
         run = store.run(run_id)
-        note = write_note(store, [run_id], Path(out) if out else home.path / "experiments")
+        note = (write_note(store, [run_id], Path(out) if out else home.path / "experiments")
+                if store.step_counts(run_id) else None)  # export refuses a run with no step
     click.echo(f"run {run_id}: {run['status']} in {time.monotonic() - started:.0f} s")
     _echo_model(home, run_id)
-    click.echo(f"note: {note}")
+    click.echo(f"note: {note}" if note else "note: none (the run stored no step)")
     _echo_saved(home, run_id)
     if run["status"] != "done":
         reason = (run["exit_reason"] or "").splitlines()

@@ -40,6 +40,7 @@ def build_plan(home, store, *, baseline_run=None, model=None, steps=None, seq_le
                accum=None, card_gb=None, launcher=None):
     """The plan for a baseline run (id or name) or a model's newest baseline in the store."""
     from daemon.errors import BadInput
+    from daemon.run.spec import DEFAULTS
     from daemon.scheduling import plan
 
     if baseline_run is None and model is None:
@@ -48,8 +49,11 @@ def build_plan(home, store, *, baseline_run=None, model=None, steps=None, seq_le
                else plan.find_baseline(store, model))
     backend = str(store.run(base_id)["config"].get("backend") or "cpu")
     capacity = capacity_for(home, home.config(), backend, launcher)
-    return plan.make_plan(store, base_id, capacity, steps=steps or 200, seq_len=seq_len,
-                          accum=accum, card_gb=card_gb)
+    # Submit's defaults, not the baseline's shape: the config `submit` would run is priced,
+    # so `plan` and `submit --cards best` agree (each prints what it priced).
+    return plan.make_plan(store, base_id, capacity, steps=steps or DEFAULTS["steps"],
+                          seq_len=seq_len or DEFAULTS["seq_len"],
+                          accum=accum or DEFAULTS["accum"], card_gb=card_gb)
 
 
 def choose_best(home, store, options: dict):
@@ -81,6 +85,7 @@ def format_plan(p) -> str:
         (f"plan for {p.model}: baseline run {p.baseline_run} {p.baseline_pass} "
         f"({p.baseline}, {secs(p.baseline_step_s)})"),
         f"node: {p.capacity.rule}",
+        f"{p.priced.words()[0].upper()}{p.priced.words()[1:]}",
         "",
         (f"  {'cards':>5} {'res':>4} {'step':>10} {'tok/s':>9} {f'{p.steps} steps':>11}  "
         f"{'card memory':<16} {'host memory':<16}"),
@@ -109,10 +114,10 @@ def format_plan(p) -> str:
 @click.option("--model", help="Use the newest run of this model with an all-offload pass.")
 @click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True,
               help="Steps the time column is for.")
-@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length (default: the "
-              "baseline's).")
-@click.option("--accum", type=click.IntRange(min=1), help="Accumulation (default: the "
-              "baseline's).")
+@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length to price "
+              "(default 512, submit's; the plan says when it is not the baseline's).")
+@click.option("--accum", type=click.IntRange(min=1), help="Accumulation to price (default 4, "
+              "submit's).")
 @click.option("--card-gb", type=click.FloatRange(min=0, min_open=True),
               help="Card memory for the fit check (default: what the backend fixes).")
 @click.option("--launcher", type=click.Choice(["local", "k8s"]),
@@ -127,9 +132,18 @@ def plan(home, as_json, baseline_run, model, steps, seq_len, accum, card_gb, lau
 
     Example: rngdctl plan --model tiny-llama --steps 500
     """
+    from daemon.errors import BadInput
+
     with home.store() as store:
-        result = build_plan(home, store, baseline_run=baseline_run, model=model, steps=steps,
-                            seq_len=seq_len, accum=accum, card_gb=card_gb, launcher=launcher)
+        try:
+            result = build_plan(home, store, baseline_run=baseline_run, model=model,
+                                steps=steps, seq_len=seq_len, accum=accum, card_gb=card_gb,
+                                launcher=launcher)
+        except BadInput as exc:
+            if baseline_run is not None or "no baseline for model" not in str(exc):
+                raise
+            # Only plan can take another model's run as the baseline.
+            raise BadInput(f"{exc}, or price from any run's with --baseline RUN") from None
     if as_json:
         echo_json(result.as_dict())
         return

@@ -43,7 +43,9 @@ class CardsParam(click.ParamType):
 @click.option("--cards", type=CardsParam(), required=True,
               help="Cards (one backend device each), or 'best': the fastest config that fits "
                    "the cards free now, by `rngdctl plan` (chooses --resident too).")
-@click.option("--resident", type=int, help="Resident layers per card.")
+@click.option("--resident", type=int,
+              help="Resident layers per card: their weights and AdamW state stay on the card "
+                   "(default 0: every layer offloaded to the host).")
 @click.option("--steps", type=int, help="Optimizer steps (default 200).")
 @click.option("--baseline", is_flag=True, default=None,
               help="Run an all-offload pass first, in the same Job, for the step model.")
@@ -120,13 +122,15 @@ def submit(home, as_json, after, priority, notify, **options):
         # stderr: stdout stays the run id alone, for scripts.
         click.echo(f"chose {chosen.best.cards} card{'s' if chosen.best.cards != 1 else ''} x "
                    f"{chosen.best.resident} resident ({secs(chosen.best.step_s)} a step "
-                   f"predicted from run {chosen.baseline_run}): {chosen.why}", err=True)
+                   f"predicted from run {chosen.baseline_run}, {chosen.priced.words()}): "
+                   f"{chosen.why}", err=True)
     if as_json:
         echo_json({"id": run_id, "status": "queued", "position": position, "config": config,
                    "after_run": store_after, "priority": priority, "notify": notify,
                    **({"chosen": {"cards": chosen.best.cards, "resident": chosen.best.resident,
                                   "step_s": chosen.best.step_s, "why": chosen.why,
-                                  "baseline_run": chosen.baseline_run}} if chosen else {})})
+                                  "baseline_run": chosen.baseline_run,
+                                  "priced": chosen.priced.as_dict()}} if chosen else {})})
     else:
         click.echo(run_id)
 
@@ -286,15 +290,16 @@ def model_lines(model: dict) -> list[str]:
     """The step model against the run: the error, then each phase measured against predicted."""
     from daemon.stepmodel import format_verdict
 
+    # The measured figure under its own name: the paired estimate is not the median the
+    # pass line above gives (stepmodel.Comparison.measured_name).
     lines = [(f"  step model (from the baseline pass): model {secs(model['model_s'])}, "
-              f"measured {secs(model['measured_s'])} (median of "
-              f"{model.get('window') or 'steps 6-N'}), error "
+              f"measured {secs(model['measured_s'])} ({model['measured_words']}), error "
               f"{format_verdict(model['error'], model.get('interval'))}")]
     split = model.get("split") or []
     if split:
-        lines.append(f"    {'phase':<13} {'model':>9} {'measured':>9} {'error':>7}")
+        lines.append(f"    {'phase':<13} {'model':>9} {'measured':>9} {'share of error':>15}")
         lines += [f"    {r['phase']:<13} {secs(r['model_s']):>9} {secs(r['measured_s']):>9} "
-                  f"{_share(r.get('error')):>7}" for r in split]
+                  f"{_share(r.get('share')):>15}" for r in split]
     if model.get("host_notice"):
         lines.append(f"    ! {model['host_notice']}")
     return lines

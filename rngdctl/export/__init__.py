@@ -20,6 +20,7 @@ from rngdctl.export.collect import (
     GateSummary,
     ModelRow,
     RunReport,
+    attempt_starts,
     build,
     collect,
     error_split_notes,
@@ -28,7 +29,7 @@ from rngdctl.export.collect import (
     slugify,
     summarize_gates,
 )
-from rngdctl.export.render import DRIFT_TOLERANCE, job_launched, render, routine
+from rngdctl.export.render import DRIFT_TOLERANCE, job_launched, render, went_wrong
 from rngdctl.export.words import (
     describe_placement,
     describe_recipe,
@@ -55,6 +56,7 @@ __all__ = [
     "GateSummary",
     "ModelRow",
     "RunReport",
+    "attempt_starts",
     "build",
     "check_design",
     "collect",
@@ -72,12 +74,12 @@ __all__ = [
     "percent",
     "rate",
     "render",
-    "routine",
     "secs",
     "slugify",
     "step_log",
     "summarize_gates",
     "update_design",
+    "went_wrong",
     "write_data",
     "write_note",
     "write_note_reports",

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from daemon import stepmodel
 from daemon.errors import BadInput, ModelFitError
 from daemon.home import K8sConfig
 from daemon.run.output import HeldOut, RunOutput, held_out, run_output
 from daemon.stepmodel import stats
-from daemon.store import Store
+from daemon.store import FINISHED, Store
 from rngdctl.export.words import _get, _md, describe_placement, secs
 from trainer import records
 
@@ -28,6 +29,8 @@ class ModelRow:
     tokens_per_s: float | None
     model_s: float | None = None
     error: float | None = None
+    #: Which figure ``measured_s`` is (``Comparison.measured_words`` for the compared row).
+    figure: str = "median of steps 6-N"
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,11 @@ class RunReport:
     def id(self) -> int:
         return self.run["id"]
 
+    @cached_property
+    def attempt_starts(self) -> list[float]:
+        """When each attempt began (``attempt_starts``): each event is timed from its own."""
+        return attempt_starts(self.events)
+
     @property
     def steps_done(self) -> int:
         return self.main.steps
@@ -142,13 +150,31 @@ class RunReport:
                 for r in self.loss_rows
             ],
             "step_model": [
-                {"run": m.label, "step_s": m.measured_s, "tokens_per_s": m.tokens_per_s,
-                 "model_s": m.model_s, "error": m.error}
+                {"run": m.label, "step_s": m.measured_s, "figure": m.figure,
+                 "tokens_per_s": m.tokens_per_s, "model_s": m.model_s, "error": m.error}
                 for m in self.model_rows
             ],
             **(self.output.as_dict() if self.output else {}),  # "output", "resumes"
             "held_out": self.held_out.as_dict(),
         }
+
+
+def attempt_starts(events: list[dict]) -> list[float]:
+    """When each attempt of a run began, oldest first: its ``notify`` start (stored at each
+    launch, from the tick that claimed the run, a notifier set or not), else its ``launch``
+    (a process or a Job; a train Job after its own compile Job is the same attempt)."""
+    starts, announced, compiled = [], False, False
+    for e in events:
+        data = e.get("data") or {}
+        if e["kind"] == "notify" and data.get("on") == "start":
+            starts.append(e["time"])
+            announced, compiled = True, False
+        elif e["kind"] == "launch":
+            stage = data.get("stage")
+            if not announced and not (compiled and stage == "train"):
+                starts.append(e["time"])
+            announced, compiled = False, stage == "compile"
+    return starts
 
 
 def slugify(text: str) -> str:
@@ -232,12 +258,14 @@ def model_rows(store: Store, report: RunReport) -> tuple[list[ModelRow], list[st
     """
     baseline_row = ModelRow(
         f"baseline ({describe_placement({**report.config, 'resident': 0})})",
-        report.baseline.median_step_s, report.baseline.tokens_per_s)
+        report.baseline.median_step_s, report.baseline.tokens_per_s,
+        figure=stepmodel.median_words(report.baseline))
     label = describe_placement(report.config)
-    measured_row = ModelRow(label, report.main.median_step_s, report.main.tokens_per_s)
     if not report.main.steps:
         return [baseline_row], [("The run has no steps of the asked config to compare with "
                                 "the model.")]
+    measured_row = ModelRow(label, report.main.median_step_s, report.main.tokens_per_s,
+                            figure=stepmodel.median_words(report.main))
     try:
         # stepmodel.for_run(store, id) with the passes' aggregates read above;
         # a test checks that the two agree.
@@ -248,11 +276,11 @@ def model_rows(store: Store, report: RunReport) -> tuple[list[ModelRow], list[st
     report.comparison = comparison
     rows = [baseline_row, ModelRow(label, comparison.measured_s,
                                    comparison.measured_tokens_per_s, comparison.model_s,
-                                   comparison.error)]
+                                   comparison.error, figure=comparison.measured_words)]
     terms = comparison.prediction.terms
     notes = [(f"The model's terms come from the baseline pass in the same run; measured is "
-             f"the median of {comparison.window} "
-             f"(interquartile range {secs(comparison.iqr[0])}–{secs(comparison.iqr[1])}). "
+             f"the {comparison.measured_words} (the steps' interquartile range "
+             f"{secs(comparison.iqr[0])}–{secs(comparison.iqr[1])}). "
              f"The phase furthest from its prediction is {comparison.worst_phase}."), "",
              "| term | seconds | per | from |", "| --- | --- | --- | --- |"]
     notes += [f"| {t.name} | {secs(t.seconds)} | {_md(t.per)} | {_md(t.source)} |"
@@ -265,16 +293,29 @@ def error_split_notes(comparison: stepmodel.Comparison) -> list[str]:
     notice when the host changed."""
     intro = (f"The error, {comparison.verdict()}, phase by phase (the interval is 1.96 "
              "standard errors of the two passes' ratio, from the run's own step-to-step "
-             "spread; each phase's share of the error is its model less measured over the "
-             "measured step):")
-    lines = ["", intro, "", "| phase | model | measured | share of the error |",
+             "spread; each phase's share of error is its model less measured over the "
+             f"measured step, the {comparison.measured_name}):")
+    lines = ["", intro, "", "| phase | model | measured | share of error |",
              "| --- | --- | --- | --- |"]
     lines += [f"| {r['phase']} | {secs(r['model_s'])} | {secs(r['measured_s'])} | "
-              f"{stepmodel.format_error(r['error'])} |" for r in comparison.split()]
+              f"{stepmodel.format_error(r['share'])} |" for r in comparison.split()]
     notice = comparison.host_notice()
     if notice:
         lines += ["", f"**{notice[0].upper()}{notice[1:]}.**"]
     return lines
+
+
+def refuse_without_steps(store: Store, run: dict) -> None:
+    """BadInput, one line, for a run with no step stored: a note of it would have no step
+    time, loss or model to give, and one of a queued run would say it "ended queued"."""
+    if store.step_counts(run["id"]):
+        return
+    status = run["status"]
+    if status in FINISHED:
+        raise BadInput(f"run {run['id']} ended {status} with no step stored: nothing to write "
+                       f"up (`rngdctl show {run['id']}` gives its reason and events)")
+    raise BadInput(f"run {run['id']} is {status} and has no step yet: export it once it has "
+                   "run")
 
 
 def build(store: Store, run_ids: list[int | str], *,
@@ -284,6 +325,7 @@ def build(store: Store, run_ids: list[int | str], *,
         raise BadInput("export needs at least one run")
     reports: list[RunReport] = []
     for ref in run_ids:
+        refuse_without_steps(store, store.run(ref))
         report = collect(store, ref, k8s=k8s)
         if all(r.id != report.id for r in reports):
             reports.append(report)

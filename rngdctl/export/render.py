@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from datetime import datetime
 
 from daemon.run import output
 from daemon.stepmodel import stats
-from daemon.store import DONE, FINISHED, OOM
+from daemon.store import DONE, FAILED, FINISHED, OOM, TIMEOUT
 from rngdctl import card_units
 from rngdctl.export.collect import RunReport
 from rngdctl.export.words import (
@@ -42,10 +43,19 @@ _GATE_WORDS = {
     "one_at_a_time": "no other run active",
 }
 
-#: Event kinds that every good run has; "What went wrong" lists all others
-#: (image pulls, compiles, retries, requeues, resumes, warnings, non-finite losses...).
-#: A checkpoint written and the model saved are in the run's own lines.
-ROUTINE_EVENTS = frozenset({"launch", "placement", records.CHECKPOINT, records.SAVED})
+#: What "What went wrong" lists: failures, retries, resumes (and a host that changed
+#: between the passes, from the step model). Everything else a run records (its launch,
+#: placement, settling, compiles, notifications, an adoption by a restarted daemon,
+#: checkpoints, the save) is how a run goes: it stays in the run's own event list.
+FAILURES = frozenset({
+    "error", "launch_failed", "follow_failed", "abandon", "deadline", "dependency",
+    "image_pull", "prepull_failed", "admission_rejected", "evicted", "foreign_holder",
+    "unknown_job", "malformed", "nonfinite_loss", "notify_failed",
+    records.CHECKPOINT_FAILED, records.CHECKPOINT_BAD})
+RETRIES = frozenset({"retry", "requeue"})
+RESUMES = frozenset({records.RESUME, "resume_requested"})
+#: The trainer's ``end`` and the daemon's ``finished``: a failure only with these statuses.
+FAILED_ENDS = frozenset({"error", "oom", FAILED, TIMEOUT})
 
 
 # === Rendering ===============================================================
@@ -203,13 +213,12 @@ def _outcome(report: RunReport) -> str:
 
 def _throttled(report: RunReport) -> list[str]:
     """A card that throttled during the run, said beside the step times it explains."""
-    origin = report.run.get("started") or report.run["created"]
     lines = []
     for card in report.cards:
         text = card_units.throttle_text(card)
         if text:
-            lines.append(f"**{text}, {_ago(card['throttled_from'] - origin)} to "
-                         f"{_ago(card['throttled_until'] - origin)}**: the step times of that "
+            lines.append(f"**{text}, {_when(report, card['throttled_from'])} to "
+                         f"{_when(report, card['throttled_until'])}**: the step times of that "
                          f"stretch are the throttled card's.")
     return lines
 
@@ -335,10 +344,11 @@ def _loss_lines(report: RunReport) -> list[str]:
 
 
 def _model_table(report: RunReport) -> list[str]:
-    rows = ["| run | step | tok/s | model | error |", "| --- | --- | --- | --- | --- |"]
+    rows = ["| run | step | measured as | tok/s | model | error |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for m in report.model_rows:
-        rows.append(f"| {_md(m.label)} | {secs(m.measured_s)} | {rate(m.tokens_per_s)} | "
-                    f"{secs(m.model_s)} | {percent(m.error)} |")
+        rows.append(f"| {_md(m.label)} | {secs(m.measured_s)} | {_md(m.figure)} | "
+                    f"{rate(m.tokens_per_s)} | {secs(m.model_s)} | {percent(m.error)} |")
     return rows
 
 
@@ -355,11 +365,24 @@ def fold_events(events: list[dict]) -> list[tuple[dict, int, dict]]:
     return folded
 
 
+def _when(report: RunReport, t: float, *, name: bool = True) -> str:
+    """``t`` from the launch of the attempt it belongs to ("+12s"), the attempt named when
+    there were several ("attempt 2 +12s"); before any launch, from the run's creation
+    ("queued +3s")."""
+    starts = report.attempt_starts
+    attempt = bisect_right(starts, t)
+    if not attempt:
+        return f"queued {_ago(t - report.run['created'])}"
+    stamp = _ago(t - starts[attempt - 1])
+    return f"attempt {attempt} {stamp}" if name and len(starts) > 1 else stamp
+
+
 def _event_line(report: RunReport, first: dict, n: int, last: dict) -> str:
-    origin = report.run.get("started") or report.run["created"]
-    when = _ago(first["time"] - origin)
+    when = _when(report, first["time"])
     if n > 1:
-        when += f" to {_ago(last['time'] - origin)}, {n} times"
+        same = bisect_right(report.attempt_starts, first["time"]) == bisect_right(
+            report.attempt_starts, last["time"])
+        when += f" to {_when(report, last['time'], name=not same)}, {n} times"
     return f"`{when}` {_md(first['kind'])}: {_md(first['message'])}"
 
 
@@ -373,35 +396,49 @@ def _event_lines(report: RunReport) -> list[str]:
     return lines
 
 
-def routine(report: RunReport, event: dict) -> bool:
-    """An event that every good run has: its launch, placement and clean end."""
-    if event["kind"] in ROUTINE_EVENTS:
+def went_wrong(event: dict) -> bool:
+    """A failure, a retry or a resume: what "What went wrong" lists."""
+    kind = event["kind"]
+    if kind in FAILURES or kind in RETRIES or kind in RESUMES:
         return True
-    clean_end = report.run["status"] == DONE
-    return clean_end and event["kind"] in ("end", "finished")
+    if kind in ("end", "finished"):
+        status = (event.get("data") or {}).get("status") or event["message"].split(":")[0]
+        return status in FAILED_ENDS
+    return False
 
 
 def _went_wrong(reports: list[RunReport]) -> list[str]:
     lines = []
     for r in reports:
-        folded = fold_events([e for e in r.events if not routine(r, e)])
-        who = f"{_md(r.label)}: " if len(reports) > 1 else ""
+        who = f"{_run_name(r)}: " if len(reports) > 1 else ""
+        notice = r.comparison.host_notice() if r.comparison is not None else None
+        if notice:
+            lines.append(f"- {who}{notice[0].upper()}{notice[1:]}.")
+        folded = fold_events([e for e in r.events if went_wrong(e)])
         lines += [f"- {who}{_event_line(r, *f)}" for f in folded[:MAX_EVENT_LINES]]
         if len(folded) > MAX_EVENT_LINES:
             lines.append(f"- {who}and {len(folded) - MAX_EVENT_LINES} more in events.csv")
-    return lines or [("Nothing: no image pull, recompile, retry, requeue, warning or failure "
-                     "was recorded.")]
+    return lines or ["Nothing: no failure, retry, resume or change of host was recorded."]
 
 
-def _run_section(index: int, report: RunReport, data_dir: str) -> list[str]:
+def _run_name(report: RunReport) -> str:
+    """"run 9", or "run 9 (demo)": a run's id first, so that no heading reads as another's."""
+    name = report.run.get("name")
+    return f"run {report.id}" + (f" ({_md(name)})" if name else "")
+
+
+def _run_section(report: RunReport, data_dir: str) -> list[str]:
     total = f", {report.steps_total} steps" if report.steps_total else ""
-    lines = [(f"## Run {index}: {_md(report.label)} — "
+    # Headed by the run's id (and its name): "Run 1" of a note of runs 9 and 10 read as run 1.
+    name = report.run.get("name")
+    lines = [(f"## Run {report.id}{f': {_md(name)}' if name else ''} — "
              f"{describe_placement(report.config)}{total}"), ""]
     lines.append(f"- {_outcome(report)}")
-    if not report.steps_done:
+    if not report.steps_done:  # export refuses a run with no steps at all: a baseline only
         reason = f" ({report.run['exit_reason']})" if report.run.get("exit_reason") else ""
-        lines.append(f"- No steps were stored for this run: it ended {report.run['status']}"
-                     f"{reason}, so there is no step time, drift or loss to report.")
+        lines.append(f"- Only the baseline pass stored steps: the run is "
+                     f"{report.run['status']}{reason}, so there is no step time, drift or loss "
+                     f"of the asked config to report.")
     else:
         lines += [f"- {line}" for line in _timing(report) + _throttled(report)]
         lines += ["", *_loss_table(report), ""]
@@ -412,7 +449,8 @@ def _run_section(index: int, report: RunReport, data_dir: str) -> list[str]:
     lines += [f"- {line}" for line in _output_lines(report)]
     if report.model_rows:
         lines += ["", (f"Step model: the baseline pass ({report.baseline.steps} steps) and the "
-                      f"asked config, median of steps 6–N:"), "", *_model_table(report)]
+                      f"asked config; the error is the model's against the measured step of "
+                      f"its row, which names its figure:"), "", *_model_table(report)]
         if report.model_notes:
             lines += ["", *report.model_notes]
     lines += ["", "Events:", "", *_event_lines(report), ""]
@@ -459,8 +497,8 @@ def render(reports: list[RunReport], *, slug: str, now: float) -> str:
     ]
     if len(reports) > 1:
         lines += ["## Comparison", "", *_comparison(reports), ""]
-    for i, report in enumerate(reports, 1):
-        lines += _run_section(i, report, data_dir) + [""]
+    for report in reports:
+        lines += _run_section(report, data_dir) + [""]
     lines += ["## What went wrong", "", *_went_wrong(reports), ""]
     lines += [
         "## Data", "",

@@ -81,6 +81,9 @@ class WriteActions:
                 return
 
             def add(source: ViewSource) -> str:
+                from daemon.scheduling.queueing import check_name
+
+                check_name(source.store, config.get("name"))  # a name is one run's
                 run_id = source.store.add_run(config, name=config.get("name"),
                                               now=self.clock())
                 return f"queued run #{run_id}"

@@ -6,7 +6,7 @@ import pytest
 from recorded import T0, drifting_steps, make_step
 
 from daemon import stepmodel
-from daemon.errors import NoSuchRun
+from daemon.errors import BadInput, NoSuchRun
 from daemon.home import K8sConfig
 from rngdctl.export import percent, secs, write_note
 
@@ -93,12 +93,23 @@ def test_a_k8s_run_reports_the_limits_its_job_really_had_not_todays_config(store
     assert "image registry.example/furiosa-llm:2026.1, image digest sha256:37a85288." in text
 
 
-def test_a_run_with_no_steps_gets_a_note_that_says_so(store, recorded, tmp_path):
+def test_a_run_with_no_steps_is_refused_in_one_line_before_anything_is_written(
+        store, recorded, tmp_path):
     run = recorded([], status="failed", reason="exit 1: ImportError: no module named torch")
-    text = note_for(store, [run], tmp_path)
-    assert "- 0/60 steps, no OOM, status failed: exit 1: ImportError" in text
-    assert ("- No steps were stored for this run: it ended failed (exit 1: ImportError: no "
-            "module named torch), so there is no step time, drift or loss to report.") in text
+    with pytest.raises(BadInput, match=f"^run {run} ended failed with no step stored: nothing "
+                                       f"to write up \\(`rngdctl show {run}` gives its reason"):
+        note_for(store, [run], tmp_path)
+    assert not (tmp_path / "experiments").exists()
+
+
+def test_exporting_a_queued_run_is_refused_and_never_says_it_ended_queued(store, rngdctl,
+                                                                         tmp_path):
+    run = store.add_run({"cards": 1, "resident": 0, "steps": 5})
+    code, out, err = rngdctl("export", str(run), "--out", str(tmp_path / "notes"))
+    assert (code, out) == (2, "")
+    assert err == (f"Error: run {run} is queued and has no step yet: export it once it has "
+                   "run\n")
+    assert not (tmp_path / "notes").exists()
 
 
 def test_an_oom_run_says_oom_and_how_many_attempts(store, recorded, tmp_path):
@@ -117,7 +128,7 @@ def test_several_runs_give_one_note_with_a_comparison_table(store, recorded, tmp
     assert path.name == "2026-09-21-r60-t1c.md"
     assert "| r60 | 1 card × 2 resident layers | done | 60/60 | 2.20 s | 58.2 | 2.00 s |" in text
     assert "| t1c | 1 card, all offload | done | 30/30 | 1.00 s | 128 | 1.00 s |" in text
-    assert "## Run 1: r60" in text and "## Run 2: t1c" in text
+    assert f"## Run {a}: r60 — " in text and f"## Run {b}: t1c — " in text
     assert sorted(p.name for p in (tmp_path / "experiments/data/r60-t1c").glob("*.jsonl")) == [
         "r60.jsonl", "t1c.jsonl"]
 
@@ -177,9 +188,11 @@ def test_a_run_with_a_baseline_gets_the_model_against_measured_table(store, reco
     # Terms from the baseline: T_dev 0.1, u = d = 0.01, h = 0.01, g0 = 0.01, g = h (estimated);
     # 2 of 4 layers offloaded at accum 2: 0.1 + 0.04 + 0.04 + 0.02 + 0.03 = 0.23 s.
     text = note_for(store, [baseline_run(recorded)], tmp_path)
-    assert ("| run | step | tok/s | model | error |\n| --- | --- | --- | --- | --- |\n"
-            "| baseline (1 card, all offload) | 310 ms | 413 | – | – |\n"
-            "| 1 card × 2 resident layers | 250 ms | 512 | 230 ms | -8.0 % |\n") in text
+    assert ("| run | step | measured as | tok/s | model | error |\n"
+            "| --- | --- | --- | --- | --- | --- |\n"
+            "| baseline (1 card, all offload) | 310 ms | median of steps 6-10 | 413 | – | – |\n"
+            "| 1 card × 2 resident layers | 250 ms | median of steps 6-30 | 512 | 230 ms "
+            "| -8.0 % |\n") in text
     assert "| device_optim | 10.0 ms | resident layer | estimated:" in text
 
 
@@ -187,8 +200,8 @@ def test_the_model_table_agrees_with_the_step_model_module(store, recorded, tmp_
     run = baseline_run(recorded)
     comparison = stepmodel.for_run(store, run)
     text = note_for(store, [run], tmp_path)
-    assert (f"| {secs(comparison.measured_s)} | 512 | {secs(comparison.model_s)} | "
-            f"{percent(comparison.error)} |") in text
+    assert (f"| {secs(comparison.measured_s)} | {comparison.measured_words} | 512 | "
+            f"{secs(comparison.model_s)} | {percent(comparison.error)} |") in text
 
 
 def test_a_baseline_without_phase_timings_says_why_there_is_no_model(store, recorded, tmp_path):
@@ -197,7 +210,7 @@ def test_a_baseline_without_phase_timings_says_why_there_is_no_model(store, reco
     run = recorded(steps, config={"steps": 30, "baseline": True},
                    baseline_config={"cards": 1, "resident": 0})
     text = note_for(store, [run], tmp_path)
-    assert "| 1 card × 2 resident layers | 250 ms | 512 | – | – |" in text
+    assert "| 1 card × 2 resident layers | 250 ms | median of steps 6-30 | 512 | – | – |" in text
     assert "The step model gave no prediction: cannot fit: the baseline has no" in text
 
 
@@ -210,23 +223,29 @@ def test_a_long_run_keeps_a_short_loss_table_with_round_ranges(store, recorded, 
         "| 1501–2000"]
 
 
-def test_what_went_wrong_lists_pulls_and_recompiles_but_not_routine_events(store, recorded,
-                                                                          tmp_path):
+def test_what_went_wrong_lists_failures_retries_and_resumes_but_not_routine_events(
+        store, recorded, tmp_path):
     events = [("placement", "card 0: layers 0-3, resident 2"),
+              ("notify", "run 1 (r60) started"),
+              ("settle", "11 untimed steps on a throwaway copy before the timed passes"),
+              ("adopt", "daemon restarted; adopted pid 4242"),
               ("image_pull", "ImagePullBackOff: furiosa-llm:latest"),
               ("compile", "head graph compiled in 94.0 s on furiosa:0"),
+              ("retry", "card held by another process at start: try 2 of 3"),
+              ("resume", "resumed from step-20: main at step 20"),
               ("finished", "done")]
     text = note_for(store, [recorded(drifting_steps(), events=events)], tmp_path)
     section = text.split("## What went wrong\n\n", 1)[1].split("\n\n", 1)[0]
     assert section.splitlines() == [
-        "- `+21s` image_pull: ImagePullBackOff: furiosa-llm:latest",
-        "- `+22s` compile: head graph compiled in 94.0 s on furiosa:0"]
+        "- `+24s` image_pull: ImagePullBackOff: furiosa-llm:latest",
+        "- `+26s` retry: card held by another process at start: try 2 of 3",
+        "- `+27s` resume: resumed from step-20: main at step 20"]
 
 
 def test_a_clean_run_says_nothing_went_wrong(store, recorded, tmp_path):
     text = note_for(store, [recorded([make_step(1, 1.0, 2.0)], config={"steps": 1})], tmp_path)
-    assert ("## What went wrong\n\nNothing: no image pull, recompile, retry, requeue, warning "
-            "or failure was recorded.\n") in text
+    assert ("## What went wrong\n\nNothing: no failure, retry, resume or change of host was "
+            "recorded.\n") in text
 
 
 def test_a_failed_runs_end_is_listed_under_what_went_wrong(store, recorded, tmp_path):
@@ -245,3 +264,49 @@ def test_the_code_line_names_furiosa_torch_and_the_rngd_driver_and_firmware(stor
     text = note_for(store, [run_id], tmp_path)
     assert ("- Code: git b3cb03b, furiosa-torch 2026.4.0, rngd driver 2026.4.0, "
             "rngd firmware 2026.4.0, torch 2.10.0.") in text
+
+
+# === runs that resumed or were retried =========================================
+
+
+def test_each_attempts_events_are_timed_from_its_own_launch_with_the_attempt_named(
+        store, recorded, tmp_path):
+    run = recorded(drifting_steps(), events=[
+        ("end", "preempted: stopped by SIGTERM after main step 20"),
+        ("retry", "stopped by a SIGTERM that was not rngdctl's: try 2 of 3")])
+    store.add_event(run, "launch", "started pid 4343", now=T0 + 100)
+    store.add_event(run, "resume", "resumed from step-20: main at step 20", now=T0 + 104)
+    store.update_run(run, started=T0 + 100, attempts=2)  # the second claim's time
+    text = note_for(store, [run], tmp_path)
+    events = text.split("Events:\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert events == [
+        "- `attempt 1 +0s` launch: started pid 4242",
+        "- `attempt 1 +20s` end: preempted: stopped by SIGTERM after main step 20",
+        "- `attempt 1 +21s` retry: stopped by a SIGTERM that was not rngdctl's: try 2 of 3",
+        "- `attempt 2 +0s` launch: started pid 4343",
+        "- `attempt 2 +4s` resume: resumed from step-20: main at step 20"]
+
+
+def test_sections_are_headed_by_run_id_never_by_their_place_in_the_note(store, recorded,
+                                                                         tmp_path):
+    for _ in range(8):
+        store.add_run({"cards": 1, "resident": 0, "steps": 5})
+    a = recorded(drifting_steps(), name="r60")
+    b = recorded([make_step(n, 1.0, 2.0) for n in range(1, 31)], name=None,
+                 config={"resident": 0, "steps": 30})
+    text = write_note(store, [a, b], tmp_path, now=T0).read_text()
+    assert (a, b) == (9, 10)
+    headings = [line for line in text.splitlines() if line.startswith("## Run")]
+    assert headings == ["## Run 9: r60 — 1 card × 2 resident layers, 60 steps",
+                        "## Run 10 — 1 card, all offload, 30 steps"]
+
+
+def test_an_attempt_begins_at_its_start_notice_stored_before_its_launch(store, recorded,
+                                                                        tmp_path):
+    run = recorded(drifting_steps())  # launched at T0 + 10
+    store.add_event(run, "notify", f"run {run} (r60) started", now=T0 + 9,
+                    data={"on": "start", "status": "running"})
+    text = note_for(store, [run], tmp_path)
+    events = text.split("Events:\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert events[:2] == [f"- `+0s` notify: run {run} (r60) started",
+                          "- `+1s` launch: started pid 4242"]

@@ -80,9 +80,9 @@ def test_clone_queues_a_copy_of_a_finished_run_with_its_changes(store, queued):
     new, changes = clone_run(store, old, ["lr=2e-5"])
 
     copy = store.run(new)
-    assert copy["status"] == "queued" and copy["priority"] == 2 and copy["name"] == "r1"
-    assert copy["config"] == {**store.run(old)["config"], "lr": 2e-5}
-    assert changes == {"lr": (1e-5, 2e-5)}
+    assert copy["status"] == "queued" and copy["priority"] == 2 and copy["name"] == "r1-2"
+    assert copy["config"] == {**store.run(old)["config"], "lr": 2e-5, "name": "r1-2"}
+    assert changes == {"lr": (1e-5, 2e-5), "name": ("r1", "r1-2")}
     [event] = store.events(run_id=new, kinds=["clone"])
     assert event["data"]["from"] == old
 
@@ -119,3 +119,48 @@ def test_edit_without_a_setting_is_one_line_and_exit_2(rngdctl, queued):
     run = queued()
     code, out, err = rngdctl("edit", str(run))
     assert (code, out, err) == (2, "", "Error: give at least one --set key=value\n")
+
+
+# === a name is one run's (issue 33) =============================================
+
+
+def test_submit_refuses_a_name_another_run_has_in_one_line(store, rngdctl, queued):
+    first = queued(name="sweep")
+    store.finish_run(first, "done")
+
+    code, out, err = rngdctl("submit", "--cards", "1", "--name", "sweep")
+
+    assert (code, out) == (2, "")
+    assert err == (f"Error: --name 'sweep' is run {first}'s already: a name is one run's; give "
+                   f"another (`rngdctl clone {first}` names its copy sweep-2)\n")
+    assert [r["id"] for r in store.runs()] == [first]
+
+
+def test_clone_names_each_copy_with_the_next_free_number(store, rngdctl, queued):
+    first = queued(name="sweep")
+
+    copies = [int(rngdctl("clone", str(first))[1]) for _ in range(3)]
+
+    assert [store.run(c)["name"] for c in copies] == ["sweep-2", "sweep-3", "sweep-4"]
+    code, out, _ = rngdctl("show", "sweep")
+    assert code == 0 and out.startswith(f"run {first} (sweep): queued")
+
+
+def test_a_name_set_on_clone_or_edit_may_not_be_another_runs(store, queued):
+    first, second = queued(name="a"), queued(name="b")
+
+    with pytest.raises(BadInput, match=f"--name 'a' is run {first}'s already"):
+        edit_run(store, second, ["name=a"])
+    with pytest.raises(BadInput, match=f"--name 'b' is run {second}'s already"):
+        clone_run(store, first, ["name=b"])
+    edit_run(store, second, ["name=b", "steps=7"])  # its own name: no change, no refusal
+    assert [store.run(r)["name"] for r in (first, second)] == ["a", "b"]
+
+
+def test_a_copys_number_fits_the_longest_name(store, queued):
+    longest = "n" * 63
+    first = queued(name=longest)
+
+    new, _ = clone_run(store, first, [])
+
+    assert store.run(new)["name"] == "n" * 61 + "-2"

@@ -51,7 +51,7 @@ def test_a_dependent_cancelled_by_a_failure_is_restarted_behind_the_restart_of_i
     assert store.head_of_queue()["id"] == pairs[first]
 
 
-def test_the_restart_copies_name_priority_and_notifier(store):
+def test_the_restart_copies_priority_and_notifier_and_numbers_the_name(store):
     run = store.add_run(CONFIG, name="r200", priority=3, notify="notify-send {id}")
     store.finish_run(run, "done")
 
@@ -59,7 +59,7 @@ def test_the_restart_copies_name_priority_and_notifier(store):
 
     restarted = store.run(new)
     assert (restarted["name"], restarted["priority"], restarted["notify"]) == (
-        "r200", 3, "notify-send {id}")
+        "r200-2", 3, "notify-send {id}")  # a name is one run's: `show r200` is the first
 
 
 def test_a_restart_behind_a_failed_run_not_restarted_waits_for_nothing_and_says_so(store):

@@ -20,7 +20,7 @@ def test_show_lists_each_phase_measured_against_predicted_with_its_share_of_the_
     expected, text, model = shown(store, rngdctl)
     for row in expected.split():
         line = next(line for line in text.splitlines() if line.split()[:1] == [row["phase"]])
-        assert f"{row['error'] * 100:+.1f} %" in line
+        assert f"{row['share'] * 100:+.1f} %" in line
     assert "(median of steps 6-12)" in text
     assert "host changed" not in text
     assert model["host_changed"] is False and model["host_notice"] is None

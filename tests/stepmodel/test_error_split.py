@@ -27,7 +27,7 @@ def compared(measured_terms: dict, *, wander: float | None = None,
 
 def test_the_terms_shares_add_up_to_the_error():
     c = compared({**KNOWN, "compute": KNOWN["compute"] * 1.1, "upload": KNOWN["upload"] * 2})
-    shares = {r["phase"]: r["error"] for r in c.split()}
+    shares = {r["phase"]: r["share"] for r in c.split()}
     assert sum(shares.values()) == pytest.approx(c.error)
     assert shares["fwd_bwd"] < 0 and shares["upload"] < 0
     # Largest share first: here the host optimizer dominates the step, so the doubled
@@ -45,7 +45,7 @@ def test_compute_that_moved_outside_its_interval_says_the_host_changed_and_gives
     assert c.compute_interval < 0.10
     assert c.host_changed
     # The rest of the model: only the device optimizer's miss is left.
-    device_share = next(r["error"] for r in c.split() if r["phase"] == "device_optim")
+    device_share = next(r["share"] for r in c.split() if r["phase"] == "device_optim")
     assert c.error_of_rest == pytest.approx(device_share)
     notice = c.host_notice()
     assert notice.startswith("the host changed between the passes: the same device compute "
@@ -139,7 +139,7 @@ def test_the_note_splits_the_error_by_phase_and_says_when_the_host_changed(store
     c = stepmodel.for_run(store, run)
     fwd = next(r for r in c.split() if r["phase"] == "fwd_bwd")
     assert f"| fwd_bwd | {export.secs(fwd['model_s'])} | {export.secs(fwd['measured_s'])} | " \
-           f"{fwd['error'] * 100:+.1f} % |" in notes
+           f"{fwd['share'] * 100:+.1f} % |" in notes
     assert f"**{c.host_notice()[0].upper()}{c.host_notice()[1:]}.**" in notes
 
 
@@ -148,7 +148,7 @@ def test_the_note_of_a_steady_run_has_the_split_but_no_notice(store, recorded_ru
 
     run = recorded_run(make_pass(raw=False), make_pass(label="main", raw=False))
     notes = export.collect(store, run).model_notes
-    assert "| phase | model | measured | share of the error |" in notes
+    assert "| phase | model | measured | share of error |" in notes
     assert not any("host changed" in line for line in notes)
 
 

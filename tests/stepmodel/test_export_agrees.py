@@ -18,7 +18,8 @@ def test_the_note_shows_the_modules_error_spread_and_terms(store, recorded_run, 
     text = export.write_note(store, [run], tmp_path / "experiments", now=0).read_text()
 
     assert (f"| {export.secs(c.model_s)} | {export.percent(c.error)} |") in text
-    assert (f"(interquartile range {export.secs(c.iqr[0])}–{export.secs(c.iqr[1])})") in text
+    assert (f"(the steps' interquartile range {export.secs(c.iqr[0])}–"
+            f"{export.secs(c.iqr[1])})") in text
     assert f"The phase furthest from its prediction is {c.worst_phase}." in text
     for term in c.prediction.terms.all():
         assert f"| {term.name} | {export.secs(term.seconds)} |" in text

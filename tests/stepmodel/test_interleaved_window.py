@@ -40,8 +40,9 @@ def test_an_interleaved_run_is_compared_over_the_steps_that_ran_beside_the_basel
     # The same error as if the host had not slowed down after the baseline ended.
     calm = make_pass(cards=2, resident_per_card=4, steps=40, label="main")
     assert c.error == pytest.approx(stepmodel.compare(c.prediction, calm).error)
-    assert c.window == ("steps 6-15, interleaved with the baseline in blocks of 5, "
-                        "paired block by block")
+    assert c.window == "steps 6-15, interleaved with the baseline in blocks of 5"
+    assert c.measured_words == ("paired estimate of steps 6-15, interleaved with the "
+                                "baseline in blocks of 5")
     assert c.as_dict()["window"] == c.window
 
 

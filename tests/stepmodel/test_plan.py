@@ -14,6 +14,7 @@ from daemon.probes.host_reading import Holder, HostReading
 from daemon.scheduling import plan
 from daemon.scheduling.plan import Capacity
 from rngdctl.cli import cli
+from rngdctl.units import secs as plan_secs
 
 LAYER = 218_112_000  # the synthetic logs' parameters per layer (Llama-3.1-8B's)
 
@@ -29,13 +30,13 @@ def small_baseline(store):
     from daemon.run.ingest import Ingest
     from trainer import records
 
-    def add():
-        steps = make_pass(layers=4, raw=False)
+    def add(seq_len: int = 512, accum: int = 4):
+        steps = make_pass(layers=4, raw=False, seq_len=seq_len, accum=accum)
         steps[-1].extra["params_per_layer"] = 46_208  # one dict shared by every step
         run_id = store.add_run({"model": "tiny-llama", "backend": "cpu", "cards": 1})
         start = records.Start(config_label="baseline", time=900.0, config={
-            "backend": "cpu", "cards": 1, "layers": 4, "resident_layers": 0, "seq_len": 512,
-            "accum": 4, "micro_batch": 1, "vocab_size": 512, "hidden_size": 64,
+            "backend": "cpu", "cards": 1, "layers": 4, "resident_layers": 0, "seq_len": seq_len,
+            "accum": accum, "micro_batch": 1, "vocab_size": 512, "hidden_size": 64,
             "tied_head": False, "params_per_layer": 46_208})
         Ingest(store).feed(run_id, [records.dumps(start), *map(records.dumps, steps)])
         return run_id
@@ -190,3 +191,44 @@ def test_submit_cards_best_without_a_baseline_in_the_store_is_refused(rngdctl):
     code, out, err = rngdctl("submit", "--cards", "best")
     assert (code, out) == (2, "")
     assert err.startswith("Error: no baseline for model 'tiny-llama'") and err.count("\n") == 1
+
+
+def test_plan_and_submit_cards_best_price_submits_config_and_say_it_is_extrapolated(
+        home, store, small_baseline):
+    # The demo's baseline: seq 64, accum 2 (128 tokens a step). Both commands price what a
+    # submit of --steps 500 runs, seq 512 and accum 4, and say how far that reaches.
+    run = small_baseline(seq_len=64, accum=2)
+    priced = ("priced at seq 512, accum 4 (2,048 tokens a step): extrapolated 16x from the "
+              "baseline's 128 tokens a step (seq 64, accum 2)")
+
+    shown = invoke(home, "plan", "--model", "tiny-llama", "--steps", "500")
+    data = json.loads(invoke(home, "plan", "--model", "tiny-llama", "--steps", "500",
+                             "--json").output)
+    chosen = CliRunner().invoke(cli, ["--home", str(home.path), "submit", "--cards", "best",
+                                      "--steps", "500"])
+
+    assert shown.exit_code == chosen.exit_code == 0, shown.output + chosen.output
+    assert f"\n{priced[0].upper()}{priced[1:]}, as if" in shown.output
+    assert f"predicted from run {run}, {priced}, as if" in chosen.stderr
+    assert data["priced"]["extrapolation"] == 16
+    best = next(r for r in data["rows"] if (r["cards"], r["resident"]) == (
+        data["best"]["cards"], data["best"]["resident"]))
+    config = store.run(int(chosen.stdout))["config"]
+    assert (config["cards"], config["resident"], config["seq_len"], config["accum"]) == (
+        best["cards"], best["resident"], 512, 4)
+    assert f"({plan_secs(best['step_s'])} a step predicted" in chosen.stderr
+
+
+def test_a_plan_at_the_baselines_own_tokens_says_it_is_not_extrapolated(home, small_baseline):
+    small_baseline()
+    shown = invoke(home, "plan", "--model", "tiny-llama")
+    assert ("Priced at seq 512, accum 4 (2,048 tokens a step, as the baseline ran: not "
+            "extrapolated in tokens)") in shown.output
+
+
+def test_no_baseline_names_the_fix_each_command_has(rngdctl):
+    code, _, err = rngdctl("submit", "--cards", "best")
+    assert code == 2 and "--baseline RUN" not in err
+    assert err.endswith("; queue one: rngdctl submit --model tiny-llama --cards 1 --baseline\n")
+    code, _, err = rngdctl("plan", "--model", "tiny-llama")
+    assert code == 2 and err.endswith(", or price from any run's with --baseline RUN\n")

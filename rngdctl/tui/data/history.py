@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from daemon import stepmodel
 from daemon.run.plots import SERIES_CHUNK
 from daemon.stepmodel import stats
 from daemon.store import FINISHED
@@ -38,13 +37,20 @@ class HistoryViews(Predictions):
         median_s, tok_s = stats.steady_medians(self.store, run["id"], records.MAIN)
         last = self.store.last_step(run["id"], records.MAIN) if steps_done else None
         predicted = self._prediction(run, last)
-        model_s = predicted.step_s if predicted else None
+        # The error as the run panel, show and the note give it: the model against the
+        # figure stepmodel.for_run compares (the paired estimate where the passes
+        # interleaved), never against the median beside it. A finished run's comparison
+        # is read once.
+        compared = self._comparison(run, 0.0) if predicted is not None else None
         return HistoryRow(
             run_id=run["id"], name=run.get("name"), status=run["status"],
             steps_done=steps_done, steps_total=_int(config.get("steps")),
-            median_s=median_s, tok_s=tok_s, model_s=model_s,
-            error=stepmodel.relative_error(model_s, median_s), ended=run.get("ended"),
+            median_s=median_s, tok_s=tok_s,
+            model_s=compared.model_s if compared else None,
+            error=compared.error if compared else None, ended=run.get("ended"),
             model=config.get("model"),
+            measured_s=compared.measured_s if compared else None,
+            measured_name=compared.measured_name if compared else None,
         )
 
     # --- the history's overlay -------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon import stepmodel
 from daemon.run import output
 from daemon.run.spec import baseline_steps
 from daemon.stepmodel import stats
@@ -121,15 +120,13 @@ class RunViews(Predictions):
                        for e in self.store.events(run_id=run["id"], limit=EVENTS_LIMIT))
         found = self._output(run)
         held = self._held_out_series(run["id"], label)
-        error = stepmodel.relative_error(model_s, median_s)
+        # What `show` and the note say (stepmodel.for_run): the model against the figure
+        # it compares, named; never the error against the median beside it.
         compared = self._comparison(run, now) if predicted is not None else None
-        if compared is not None:
-            # What `show` and the note say: the model against its own window.
-            error = compared.error
         return RunView(
             run_id=run["id"], name=run.get("name"), status=run["status"], config=config,
             label=label, step=step, steps_total=steps_total, eta=eta, median_s=median_s,
-            tok_s=tok_s, model_s=model_s, error=error,
+            tok_s=tok_s, model_s=model_s, error=compared.error if compared else None,
             last_loss=series.last_loss, phases=phases,
             loss=series.loss_plot.series(), step_time=series.time_plot.series(),
             events=events, started=run.get("started"), ended=run.get("ended"),
@@ -140,6 +137,8 @@ class RunViews(Predictions):
             output=output.model_words(found, finished=run["status"] in FINISHED),
             resumes=output.resumes_words(found), held_out=held.plot.series(),
             held_out_loss=held.last_loss, held_out_step=held.last if held.last >= 0 else None,
+            measured_s=compared.measured_s if compared else None,
+            measured_name=compared.measured_name if compared else None,
         )
 
 

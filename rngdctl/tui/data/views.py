@@ -119,6 +119,9 @@ class RunView:
     held_out: Series = field(default_factory=Series)
     held_out_loss: float | None = None
     held_out_step: int | None = None
+    #: The step the error is against and which figure it is (as in ``HistoryRow``).
+    measured_s: float | None = None
+    measured_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,10 @@ class HistoryRow:
     error: float | None
     ended: float | None
     model: str | None
+    #: The step the error is against (``Comparison.measured_s``) and which figure it is:
+    #: "paired estimate" or "median" (``Comparison.measured_name``).
+    measured_s: float | None = None
+    measured_name: str | None = None
 
 
 @dataclass(frozen=True)

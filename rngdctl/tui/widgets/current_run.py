@@ -65,15 +65,17 @@ def summary_text(view: RunView, now: float) -> Text:
         text.append(f" at step {view.held_out_step:,}")
     text.append("\nmedian 6–N ")
     text.append(num(view.median_s, ".3f", " s"), "bold")
-    text.append(f" · {num(view.tok_s, ',.0f')} tok/s · model {num(view.model_s, '.3f', ' s')}"
-                f" · error ")
+    text.append(f" · {num(view.tok_s, ',.0f')} tok/s · model {num(view.model_s, '.3f', ' s')}")
+    # The error against the figure it is taken from, named (a paired estimate is not the
+    # median beside it), with its 95 % interval, as show and the note give it.
+    if view.measured_name:
+        text.append(f" vs {view.measured_name} {num(view.measured_s, '.3f', ' s')}")
+    text.append(" · error ")
     text.append(percent(view.error), "bold")
-    # The verdict's 95 % interval (as show and the note give it), then the error by term.
-    within = f" ±{view.interval * 100:.1f} % at 95 %," if view.interval is not None else ""
+    if view.interval is not None:
+        text.append(f" ±{view.interval * 100:.1f} % at 95 %")
     if view.error_terms:
-        text.append(f"\nerror{within} by term: {view.error_terms}", "dim")
-    elif within:
-        text.append(f"\nerror{within.rstrip(',')}", "dim")
+        text.append(f"\nshare of error by term: {view.error_terms}", "dim")
     if view.host_notice:
         text.append(f"\n! {view.host_notice}", "yellow")
     if view.output:

@@ -17,11 +17,18 @@ from textual.widgets import DataTable
 from rngdctl.tui.data import HistoryRow, ago, num, percent, status_text
 from rngdctl.tui.widgets._table import selected_key, sync_rows
 
-COLUMNS = ("run", "status", "steps", "median", "tok/s", "model", "error", "ended")
+COLUMNS = ("run", "status", "steps", "median", "tok/s", "model", "vs", "error", "ended")
 STYLES = {"done": "green", "failed": "red", "oom": "red", "timeout": "red",
           "cancelled": "yellow"}
 #: Before a marked run's id in the run column.
 MARK = "◆ "
+
+
+def vs_cell(row: HistoryRow) -> str:
+    """The step the error is against, and which figure it is: "0.032 s paired estimate"."""
+    if row.measured_name is None:
+        return "–"
+    return f"{num(row.measured_s, '.3f', ' s')} {row.measured_name}"
 
 
 def row_matches(row: HistoryRow, needle: str) -> bool:
@@ -68,6 +75,7 @@ class HistoryPanel(Vertical):
                 num(r.median_s, ".3f", " s"),
                 num(r.tok_s, ",.0f"),
                 num(r.model_s, ".3f", " s"),
+                vs_cell(r),
                 percent(r.error),
                 "–" if r.ended is None else f"{ago(now - r.ended)} ago",
             ))

@@ -59,7 +59,7 @@ class SubmitScreen(ModalScreen[dict | None]):
                 for key, label, _kind in FIELDS:
                     yield Label(label)
                     default = DEFAULTS.get(key)
-                    yield Input(placeholder="required" if key in ("cards", "resident")
+                    yield Input(placeholder="required" if key == "cards"
                                 else ("" if default is None else str(default)),
                                 id=f"field-{key}")
             yield Checkbox("baseline pass first (all-offload, for the step model)",
