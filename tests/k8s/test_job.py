@@ -164,7 +164,8 @@ def test_the_experiment_note_reports_the_deadline_and_ttl_the_job_was_created_wi
     run_id, name = running(deadline=1800)
     pod = cluster.start_pod(name, phase="Succeeded",
                             state={"terminated": {"exitCode": 0, "reason": "Completed"}})
-    cluster.log(pod, [("2026-01-01T00:00:02Z", "done")])
+    cluster.log(pod, [("2026-01-01T00:00:02Z", start_line(run_id)),
+                      ("2026-01-01T00:00:03Z", step_line(1)), ("2026-01-01T00:00:04Z", "done")])
     store.finish_run(run_id, launcher.follow(store.run(run_id)).status)
     config.k8s.ttl_seconds = 5  # changed since: the note must not take it from here
     text = write_note(store, [run_id], tmp_path, k8s=config.k8s).read_text()
