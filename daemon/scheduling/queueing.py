@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from daemon.errors import BadInput
+from daemon.run.claims import check_run_output
 from daemon.run.spec import apply_settings, config_diff
 from daemon.store import CANCELLED, DONE, FAILED, FINISHED, OOM, QUEUED, TIMEOUT
 
@@ -36,6 +37,7 @@ def queue_run(store, config: dict, *, after=None, priority: int | None = None,
         from daemon.scheduling.notify import parse_command
 
         parse_command(notify)
+    check_run_output(store, config)
     return store.add_run(config, name=config.get("name"), after=resolve_after(store, after),
                          priority=priority or 0, notify=notify)
 
@@ -69,6 +71,8 @@ def edit_run(store, ref, settings: list[str]) -> tuple[dict, dict]:
         raise BadInput("give at least one --set key=value")
     config = apply_settings(run["config"], settings)
     changes = config_diff(run["config"], config)
+    if "out" in changes:
+        check_run_output(store, config, run_id=run["id"])
     if changes:
         if not store.replace_queued_config(run["id"], config):
             now = store.run(run["id"])["status"]
@@ -82,17 +86,25 @@ def clone_run(store, ref, settings: list[str]) -> tuple[int, dict]:
     """Queue a copy of any run's config, with changes; returns (new run id, changes).
 
     The copy keeps the priority and the notifier; it waits for nothing (--after is
-    not copied).
+    not copied); it writes to its own folder, not to the ``--out`` of the run it
+    copies, which stays that run's (``--set out=DIR`` for another folder).
     """
     run = store.run(ref)
-    config = apply_settings(run["config"], settings)
+    config = apply_settings(own_output(run["config"]), settings)
     changes = config_diff(run["config"], config)
+    check_run_output(store, config)
     new_id = store.add_run(config, name=config.get("name"), priority=run.get("priority") or 0,
                            notify=run.get("notify"))
     store.add_event(new_id, "clone", f"cloned from run {run['id']}"
                     + (f": {_describe(changes)}" if changes else ""),
                     data={"from": run["id"], "changes": {k: list(v) for k, v in changes.items()}})
     return new_id, changes
+
+
+def own_output(config: dict) -> dict:
+    """A copied run's config with the copied run's ``--out`` dropped: that folder is the
+    copied run's, and the copy gets its own default folder (``HOME/runs/<id>/model``)."""
+    return {k: v for k, v in config.items() if k != "out"}
 
 
 # === restart =================================================================
@@ -131,7 +143,9 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
 
     pueue's restart without --in-place: the old run and its steps stay as they
     were; the new one copies its config, name, priority and notifier, and
-    remembers where it came from (``restart_of``). Returns (old id, new id) pairs.
+    remembers where it came from (``restart_of``). It writes to its own folder:
+    an explicit ``--out`` stays the old run's (``own_output``). Returns (old id,
+    new id) pairs.
     """
     if not refs and not all_failed:
         raise BadInput("give the runs to restart, or --all-failed")
@@ -147,12 +161,14 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
     pairs: list[tuple[int, int]] = []
     for run in sorted({r["id"]: r for r in runs}.values(), key=lambda r: r["id"]):
         after, after_text = _restart_after(store, run)
-        new_id = store.add_run(run["config"], name=run.get("name"), after=after,
+        new_id = store.add_run(own_output(run["config"]), name=run.get("name"), after=after,
                                priority=run.get("priority") or 0, notify=run.get("notify"),
                                restart_of=run["id"])
         why = (run.get("exit_reason") or "").splitlines()[0] if run.get("exit_reason") else ""
+        moved = (f"; its own output folder, not run {run['id']}'s --out "
+                 f"{run['config']['out']}" if run["config"].get("out") else "")
         store.add_event(new_id, "restart", f"restarted from run {run['id']} ({run['status']}"
-                        + (f": {why}" if why else "") + ")" + after_text,
+                        + (f": {why}" if why else "") + ")" + after_text + moved,
                         data={"from": run["id"], "after": after})
         pairs.append((run["id"], new_id))
     return pairs
