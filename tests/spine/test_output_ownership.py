@@ -11,7 +11,6 @@ import pytest
 
 from daemon.errors import BadInput
 from daemon.run import output
-from daemon.run.claims import check_run_output
 from daemon.run.ingest import Ingest
 from daemon.run.spec import validate
 from daemon.store import MIGRATIONS, Store
@@ -143,6 +142,8 @@ def test_clone_and_restart_write_to_their_own_folder_not_the_copied_runs(rngdctl
 
 
 def test_the_store_checks_an_out_in_one_query_whatever_the_runs(store, tmp_path):
+    from daemon.run.claims import check_run_output
+
     def queries(runs: int) -> int:
         for _ in range(runs):
             store.add_run({**CONFIG, "out": str(tmp_path / f"run-{store.add_run(CONFIG)}")})
@@ -164,6 +165,8 @@ def test_a_folder_another_user_made_is_refused_at_submit(rngdctl, shared_tmp):
 
 
 def test_the_library_refuses_in_one_line(store, tmp_path):
+    from daemon.run.claims import check_run_output
+
     store.add_run(validate({**CONFIG, "out": str(tmp_path / "a")}))
     with pytest.raises(BadInput, match="the output folder of run 1"):
         check_run_output(store, validate({**CONFIG, "out": str(tmp_path / "a")}))
