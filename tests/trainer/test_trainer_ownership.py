@@ -101,7 +101,7 @@ def test_a_users_folder_with_files_is_refused_and_kept_byte_for_byte(tmp_path):
     assert contents(mine) == {"config.json": b'{"mine": true}\n'}
 
 
-@pytest.mark.parametrize("where", ["", "/", "~", "/etc", "{file}/out"])
+@pytest.mark.parametrize("where", ["", "~", "{file}/out"])
 def test_an_unusable_out_is_refused_before_step_one(tmp_path, where):
     (tmp_path / "a-file").write_text("x")
     proc = trainer(*CLI, "--steps", "2", "--out", where.format(file=tmp_path / "a-file"),
@@ -109,6 +109,13 @@ def test_an_unusable_out_is_refused_before_step_one(tmp_path, where):
     assert proc.returncode == 2 and not step_records(proc.stdout)
     assert "Traceback" not in proc.stderr and proc.stderr.startswith("trainer: error: --out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing written
+
+
+@pytest.mark.parametrize("where", ["/", "/etc", "/usr"])
+def test_a_system_folder_is_never_an_out(where):
+    # In this process and without a step: a trainer that took it would write there as root.
+    with pytest.raises(UsageError, match=f"--out '{where}': {where} is a system folder"):
+        recipe(where).setup()
 
 
 def test_a_trainer_stopped_by_bad_options_leaves_its_folder_to_the_corrected_run(tmp_path):
@@ -218,8 +225,22 @@ def test_a_named_models_base_folder_is_private_too(tmp_path):
     assert found["adapter_model.safetensors"] == 0o600
 
 
-@pytest.mark.parametrize("mode", ["0777", "0700x", "0600"])
-def test_an_output_mode_others_could_write_or_the_owner_could_not_is_one_line(tmp_path, mode):
+@pytest.mark.parametrize("mode, words", [
+    ("0777", "group and others at most read and traverse"),
+    ("0600", "the owner needs rwx"),
+    ("0700x", "give octal digits"),
+])
+def test_an_output_mode_others_could_write_or_the_owner_could_not_is_one_line(tmp_path, mode,
+                                                                              words):
     proc = trainer(*CLI, "--steps", "2", "--out", str(tmp_path / "out"), "--output-mode", mode)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert "--output-mode" in proc.stderr
+    assert f"--output-mode: {mode!r}: " in proc.stderr and words in proc.stderr
+
+
+def test_the_homes_output_mode_is_checked_with_the_config():
+    from daemon.errors import ConfigError
+    from daemon.home import parse_config
+
+    assert parse_config('[daemon]\noutput_mode = "0750"\n').daemon.output_mode == "0750"
+    with pytest.raises(ConfigError, match=r"\[daemon\] output_mode '0777': the owner needs"):
+        parse_config('[daemon]\noutput_mode = "0777"\n')
