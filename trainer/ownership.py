@@ -318,8 +318,11 @@ def claim(folder: Path, owner: Owner, *, mode: int = DEFAULT_MODE,
                         "files": {}}, mode=file_mode(mode))
 
 
-def write_info(folder: Path, info: dict, *, mode: int = 0o600) -> None:
-    """``folder/rngdctl.json`` replaced at once (a temporary file, fsynced, renamed)."""
+def write_info(folder: Path, info: dict, *, mode: int = 0o600, sync: bool = True) -> None:
+    """``folder/rngdctl.json`` replaced at once (a temporary file, fsynced, renamed).
+
+    ``sync=False``: not fsynced, for a state that only a process's death must not
+    lose (a power cut may; what it then says is the older, safer claim)."""
     path = Path(folder) / CLAIM_NAME
     tmp = Path(folder) / f"{CLAIM_TEMPORARY}{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -328,8 +331,11 @@ def write_info(folder: Path, info: dict, *, mode: int = 0o600) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2, ensure_ascii=False)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if not sync:
+        return
     dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dir_fd)

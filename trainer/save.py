@@ -283,8 +283,9 @@ def _replace_weights(out: Path, tmp: Path, claim: dict, ours: set[str], mode: in
     if foreign:
         raise ownership.NotOurs(f"{out / foreign[0]} is there and this run did not write it: "
                                 f"move it away")
+    # Not fsynced: after a power cut the older claim (fewer names ours) only refuses more.
     ownership.write_info(out, {**claim, "files": {}, "written": sorted(ours | set(new))},
-                         mode=mode)
+                         mode=mode, sync=False)
     for name in sorted(ours - set(new) - {BASE_NAME}):
         old = out / name
         if os.path.lexists(old) and not old.is_dir():

@@ -54,6 +54,9 @@ def edit(home, as_json, run_ref, settings):
 def clone(home, as_json, run_ref, settings):
     """Queue a copy of any run (its config, name and priority), with changes; prints its id.
 
+    The copy writes to its own folder: the copied run's --out stays that run's
+    (--set out=DIR for another folder).
+
     Example: rngdctl clone 7 --set lr=2e-5
     """
     from daemon.scheduling.queueing import clone_run
@@ -85,7 +88,8 @@ def restart(home, as_json, run_refs, all_failed):
 
     Like pueue's restart: the new run copies the config, name, priority and
     notifier; a run that waited for another (--after) waits for that run's
-    restart when it has one. Prints one line per run: OLD -> NEW.
+    restart when it has one. It writes to its own folder: an --out stays the
+    old run's (`rngdctl resume` goes on in it). Prints one line per run: OLD -> NEW.
 
     Example: rngdctl restart --all-failed
     """

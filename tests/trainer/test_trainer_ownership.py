@@ -82,7 +82,7 @@ def test_a_run_of_a_home_refuses_another_runs_folder_and_a_folder_inside_it(tmp_
     out = tmp_path / "out"
     train(out, run_id="1", home_id="home-a")
     for where in (out, out / "base"):
-        with pytest.raises(UsageError, match=f"of run 1 of rngdctl home home-a"):
+        with pytest.raises(UsageError, match="of run 1 of rngdctl home home-a"):
             recipe(where, run_id="2", home_id="home-a").setup()
     with pytest.raises(UsageError, match="run 1 of rngdctl home home-a"):
         recipe(out, run_id="1", home_id="home-b").setup()  # run 1 of another home
