@@ -61,6 +61,13 @@ RSS_SLACK = 64 * 1024 ** 2
 USER_RUN = ["--seq-len", "512", "--accum", "4", "--lr", "1e-5", "--data", "synthetic"]
 
 
+def _bench_owner():
+    """The owner the benchmark's saves claim their folders for (trainer/ownership.py)."""
+    from trainer.ownership import Owner
+
+    return Owner("bench", "bench")
+
+
 def cpu_name() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10,
@@ -185,12 +192,12 @@ def bench_save(engine, tmp: Path, reps: int) -> dict:
     def unhashed(path):
         hasher, weights._Hasher = weights._Hasher, _NoHash
         try:
-            save.save(path, model, info={})
+            save.save(path, model, info={}, owner=_bench_owner())
         finally:
             weights._Hasher = hasher
 
     ways = {
-        "save": lambda p: save.save(p, model, info={}),
+        "save": lambda p: save.save(p, model, info={}, owner=_bench_owner()),
         "save_file": lambda p: save_file_synced(tensors, p, False),
         "save_file_sha256": lambda p: (save_file_synced(tensors, p, False),
                                        weights.file_digest(p)),
@@ -238,7 +245,7 @@ def bench_rss(engine, tmp: Path, merge: bool = False) -> dict:
     tensors = {e.name: e.fetch() for e in save.full_entries(engine.model)}
     gc.collect()
     with PeakRss() as ours:
-        save.save(tmp / "rss-ours", engine.model, info={}, merge=merge)
+        save.save(tmp / "rss-ours", engine.model, info={}, owner=_bench_owner(), merge=merge)
     gc.collect()
     with PeakRss() as theirs:
         save_file_synced(tensors, tmp / "rss-ref.safetensors", False)

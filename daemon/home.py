@@ -57,6 +57,9 @@ class DaemonConfig:
     max_attempts: int = 3
     # seconds between two furiosa-smi card readings (daemon/probes/card_sampler.py)
     card_sample_s: float = 10.0
+    # a run's output folder's mode (its files: the same less execute); "0750" shares the
+    # saved models with the group (trainer/ownership.py parse_mode)
+    output_mode: str = "0700"
 
 
 @dataclass
@@ -167,6 +170,7 @@ def parse_config(text: str) -> Config:
     if not config.daemon.card_sample_s > 0:
         raise ConfigError(f"config.toml: [daemon] card_sample_s must be > 0, "
                           f"got {config.daemon.card_sample_s}")
+    _check_output_mode(config.daemon.output_mode)
     if config.k8s.runs_per_node < 1:
         raise ConfigError(f"config.toml: [k8s] runs_per_node must be >= 1, "
                           f"got {config.k8s.runs_per_node}")
@@ -185,6 +189,15 @@ def parse_config(text: str) -> Config:
                               f"got {value!r}")
     _check_notify(config.notify)
     return config
+
+
+def _check_output_mode(text: str) -> None:
+    from trainer.ownership import parse_mode
+
+    try:
+        parse_mode(text)
+    except ValueError as exc:
+        raise ConfigError(f"config.toml: [daemon] output_mode {exc}") from None
 
 
 def _check_notify(notify: NotifyConfig) -> None:
@@ -224,6 +237,7 @@ max_attempts = 3        # tries of a run before a transient failure fails it (se
 full_resolution_days = 30.0  # older samples fold to one row a minute, gate checks to runs
 compact_every = 3600.0  # seconds between two compactions (a bounded batch each)
 card_sample_s = 10.0    # seconds between two card readings (furiosa-smi, where installed)
+output_mode = "0700"    # runs' output folders and saved models; "0750" shares them with the group
 
 [notify]
 # command = "notify-send rngdctl 'run {id} {name}: {status}'"  # no shell; see README
@@ -266,7 +280,7 @@ class Home:
 
     def run_dir(self, run_id: int) -> Path:
         path = self.path / "runs" / str(run_id)
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)  # the home's privacy (issue 36)
         return path
 
     def ensure(self) -> Home:

@@ -75,3 +75,14 @@ def shared_tmp(tmp_path):
     path.chmod(0o1777)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+def claim_as_saved(store, run_id: int, folder, files: dict | None = None) -> None:
+    """``folder`` as run ``run_id`` of ``store``'s home saved it: its ``rngdctl.json`` names
+    the run and the weights' sha256 (``files``), as trainer/save.py writes it."""
+    from trainer import ownership
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    owner = ownership.Owner(str(run_id), store.home_id)
+    ownership.write_info(folder, {"owner": owner.as_dict(), "files": files or {}})

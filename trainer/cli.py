@@ -18,10 +18,12 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import traceback
 
+from trainer import ownership
 from trainer.errors import Cancelled, DeviceOutOfMemory, Preempted, TrainerError, UsageError
 from trainer.records import EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_USAGE, End, RecordWriter
 
@@ -44,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a model layer by layer and write step records",
                        description="Train, writing the step-record contract to stdout and --log.")
     t.add_argument("--run-id", default=None, help="id of the run, copied into every start record")
-    t.add_argument("--home-id", default=None, metavar="ID",
-                   help="id of the rngdctl home the run belongs to (the daemon passes it)")
+    t.add_argument("--home-id", default=None,
+                   help="the rngdctl home whose run this is (the daemon passes it): with "
+                        "--run-id, it names who owns --out")
     t.add_argument("--model", default="tiny-llama",
                    help="tiny-llama, tiny-qwen2, llama-3.1-8b-mini, or a local model folder")
     kind = t.add_mutually_exclusive_group()
@@ -91,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--out", default=None, metavar="DIR",
                    help="write the fine-tuned model here at the end (a transformers folder, or "
                         "a PEFT adapter with --lora), and checkpoints under DIR/checkpoints")
+    o.add_argument("--output-mode", type=_output_mode, default=ownership.DEFAULT_MODE,
+                   metavar="MODE",
+                   help="--out's mode, its files' the same less execute (default 0700: yours "
+                        "alone; 0750 shares them with your group)")
     o.add_argument("--merge", action="store_true",
                    help="with --lora: write merged full weights instead of the adapter")
     o.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
@@ -154,6 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _output_mode(text: str) -> int:
+    try:
+        return ownership.parse_mode(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 # === Commands ================================================================
 
 
@@ -186,6 +200,9 @@ def cmd_train(args) -> int:
     from trainer.train import Recipe, log
 
     stop = _Stop()
+    # Whatever the trainer makes (--out, its checkpoints, the model) is made no more open
+    # than --output-mode, whatever umask the daemon or the shell handed down.
+    os.umask(0o777 & ~args.output_mode)
     logfile = _open_log(args.log)
     writer = RecordWriter(sys.stdout, logfile)
     cfg = TrainConfig(
@@ -197,7 +214,7 @@ def cmd_train(args) -> int:
         checkpoint=args.checkpoint_layers, threads=args.threads, baseline=args.baseline,
         baseline_steps=args.baseline_steps, settle=args.settle,
         interleave=args.interleave, cache_dir=args.cache_dir, log=args.log, out=args.out,
-        merge=args.merge, checkpoint_every=args.checkpoint_every,
+        output_mode=args.output_mode, merge=args.merge, checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints, resume=args.resume,
         resume_foreign=args.resume_foreign,
         on_checkpoint_error=args.on_checkpoint_error, eval_data=args.eval_data,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainer.errors import UsageError
+from trainer.ownership import parse_mode, unusable_output
 
 #: The baseline pass's steps when --baseline-steps is not given, never more than
 #: --steps: up to BASELINE_STEPS when the passes run one after the other (cards), up to
@@ -40,7 +41,7 @@ def default_baseline_steps(steps: int, interleave: int) -> int:
 @dataclass
 class TrainConfig:
     run_id: str | None = None
-    home_id: str | None = None  # the rngdctl home's id (the daemon's); None: started by hand
+    home_id: str | None = None  # the rngdctl home whose run this is (the daemon's; with run_id)
     model: str = "tiny-llama"  # a named config or a folder with config.json
     lora: int = 0  # 0: full fine-tuning; N: LoRA adapters of rank N
     resident_layers: int = 0  # per card: layers whose master and AdamW stay on the card
@@ -66,6 +67,7 @@ class TrainConfig:
     log: str | None = None  # records also go to this file
     # --- the run's output (trainer/outdir.py) ---
     out: str | None = None  # the saved model and checkpoints/ go here
+    output_mode: int = 0o700  # out's mode; its files' the same less execute
     merge: bool = False  # with --lora: merged full weights instead of the adapter
     checkpoint_every: int | None = None  # main steps between checkpoints; None: on SIGTERM only
     keep_checkpoints: int = 2
@@ -106,6 +108,16 @@ class TrainConfig:
             raise UsageError("--checkpoint-every must be at least 1")
         if self.keep_checkpoints < 1:
             raise UsageError("--keep-checkpoints must be at least 1")
+        if self.home_id is not None and not self.run_id:
+            raise UsageError("--home-id needs --run-id: a home's run is named by both")
+        if self.out is not None:
+            why = unusable_output(self.out)
+            if why is not None:
+                raise UsageError(f"--out {self.out!r}: {why}")
+        try:
+            parse_mode(f"{self.output_mode:o}")
+        except ValueError as exc:
+            raise UsageError(f"--output-mode {exc}") from None
         if self.out is None and (self.checkpoint_every or self.resume != "auto"):
             raise UsageError("--checkpoint-every and --resume need --out (where checkpoints go)")
         if self.resume_foreign and self.resume == "auto":

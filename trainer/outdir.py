@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from trainer import checkpoint, records, weights
+from trainer import checkpoint, ownership, records, weights
 from trainer.checkpoint import Checkpoint, CheckpointError, CheckpointWriteError
 from trainer.config import RESUME_KEYS
 from trainer.errors import Preempted, TrainerError, UsageError
@@ -87,12 +87,77 @@ class OutputFolder:
             self._fingerprint = fingerprint(self.cfg)
         return self._fingerprint
 
-    # === resume ==============================================================
+    # === whose folder ========================================================
 
     @property
     def owner(self) -> Owner:
-        """Whose checkpoints this run writes and goes on from: its run in its home."""
-        return Owner(self.cfg.run_id, self.cfg.home_id)
+        """Who this run is: a run of a home (the daemon's), else a trainer started by hand,
+        told apart by its config, so running it again with the same options goes on."""
+        cfg = self.cfg
+        if cfg.home_id is not None:
+            return Owner(str(cfg.run_id), cfg.home_id)
+        return Owner(cfg.run_id, None, ownership.config_digest(self.fingerprint))
+
+    def claim(self) -> None:
+        """Make ``--out`` this run's before any step: refused in one line (UsageError) when
+        it cannot be written, is another run's or inside one, or holds files no run
+        claims; a resume finds its own claim there. Nothing is written on a refusal."""
+        if self.out is None:
+            return
+        why = ownership.writable_ancestor(self.out)
+        if why is not None:
+            raise UsageError(f"--out {self.out}: {why}")
+        owner = self.owner
+        hand = {"config": self.fingerprint} if owner.home_id is None else {}
+        try:
+            ownership.check_output(self.out, owner)
+        except NotOurs as exc:
+            if not self._unused_hand_claim():
+                raise UsageError(self._refusal(exc)) from None
+            # A trainer started by hand that stopped before it wrote anything (bad
+            # options): nothing there to lose, so the corrected run may have it.
+            ownership.write_info(self.out, {**hand, "owner": owner.as_dict(),
+                                            "claimed": time.time(), "files": {}},
+                                 mode=ownership.file_mode(self.cfg.output_mode))
+        try:
+            ownership.claim(self.out, owner, mode=self.cfg.output_mode, details=hand)
+        except OSError as exc:
+            raise UsageError(f"--out {self.out}: cannot be written: "
+                             f"{exc.strerror or exc}") from None
+
+    def _unused_hand_claim(self) -> bool:
+        """``--out`` holds nothing but the claim of a trainer started by hand, naming no
+        file, and this trainer was started by hand too."""
+        if self.owner.home_id is not None or ownership.claimed_ancestor(self.out) is not None:
+            return False
+        try:
+            ownership.check_private(self.out, "output folder")
+            names = {p.name for p in self.out.iterdir()}
+            info = ownership.read_info(self.out / ownership.CLAIM_NAME)
+        except (OSError, NotOurs):
+            return False
+        theirs = ownership.owner_of(info)
+        return (names == {ownership.CLAIM_NAME} and theirs.home_id is None
+                and theirs.run_id == self.owner.run_id and info.get("files") == {})
+
+    def _refusal(self, exc: NotOurs) -> str:
+        """The refusal's line; for a hand-started trainer's own folder run with other
+        options, what differs (its claim keeps the config)."""
+        owner = self.owner
+        try:
+            info = ownership.read_info(self.out / ownership.CLAIM_NAME)
+        except NotOurs:
+            return str(exc)
+        theirs = ownership.owner_of(info)
+        if owner.home_id is not None or theirs.home_id is not None \
+                or theirs.run_id != owner.run_id or not isinstance(info.get("config"), dict):
+            return str(exc)
+        differ = differences(info["config"], self.fingerprint)
+        return (f"--out {self.out} holds the output of a trainer started by hand with another "
+                f"config ({'; '.join(differ) or 'other options'}): run with the same options "
+                f"to go on, or give another --out")
+
+    # === resume ==============================================================
 
     def find_resume(self, plan: list[tuple[str, int, int]]) -> Checkpoint | None:
         """The checkpoint to go on from (verified, this run's own unless --resume-foreign,
@@ -272,15 +337,18 @@ class OutputFolder:
                 "config": self.fingerprint, "versions": versions(), "time": time.time()}
         t0 = time.perf_counter()
         try:
-            saved = save.save(self.out, main.engine.model, info=info, tokenizer=recipe.tokenizer,
+            saved = save.save(self.out, main.engine.model, info=info, owner=self.owner,
+                              mode=cfg.output_mode, tokenizer=recipe.tokenizer,
                               merge=cfg.merge, base_folder=recipe.spec.folder)
         except OSError as exc:  # a full disk: the run's steps are kept in its checkpoint
             self.phases["save_s"] += time.perf_counter() - t0
-            kept = (f"; {self.newest} is kept: free space and resume from it" if self.newest
-                    else "")
             raise TrainerError(f"the model was not saved to {self.out}: "
-                               f"{exc.strerror or exc} ({exc.filename or self.out}){kept}"
-                               ) from None
+                               f"{exc.strerror or exc} ({exc.filename or self.out})"
+                               f"{self._kept('free space')}") from None
+        except NotOurs as exc:  # a file put there since the claim: never replaced
+            self.phases["save_s"] += time.perf_counter() - t0
+            raise TrainerError(f"the model was not saved: {exc}"
+                               f"{self._kept('move it away')}") from None
         self.phases["save_s"] += saved.seconds
         self.model_dir = saved.path
         recipe.writer.write(Event(
@@ -289,6 +357,9 @@ class OutputFolder:
             config_label=MAIN, data={"path": str(saved.path), "format": saved.format,
                                      "files": saved.files, "bytes": saved.bytes,
                                      "seconds": round(saved.seconds, 3)}))
+
+    def _kept(self, fix: str) -> str:
+        return f"; {self.newest} is kept: {fix} and resume from it" if self.newest else ""
 
     def end_data(self) -> dict:
         """What the ``end`` record says of the output, beside the steps."""

@@ -24,8 +24,14 @@ from pathlib import Path
 
 #: The file that claims an output folder, and (once saved) lists its weights files.
 CLAIM_NAME = "rngdctl.json"
+#: The name a claim is written under before it is renamed into place: one left by a
+#: process killed in between is not a file of the user's.
+CLAIM_TEMPORARY = f".{CLAIM_NAME}.tmp-"
 #: A claim or a manifest larger than this is not ours: read no further.
 MAX_JSON_BYTES = 16 << 20
+#: An output folder's mode unless ``[daemon] output_mode`` (the trainer's ``--output-mode``)
+#: shares it: the user's alone, as the home is. Its files get the same less execute.
+DEFAULT_MODE = 0o700
 
 #: Folders that are never a run's output: the system's. A folder inside one of them (a
 #: user's /var/tmp/x) is fine; the folder itself, never.
@@ -213,13 +219,36 @@ def config_digest(fingerprint: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def parse_mode(text: str) -> int:
+    """An output folder's mode from ``"0750"``: the owner's rwx, and at most read and
+    traverse for group and others (a folder others may write is refused, ``check_output``).
+    ValueError with one line otherwise."""
+    try:
+        mode = int(str(text), 8)
+    except ValueError:
+        raise ValueError(f"{text!r}: give octal digits, such as 0700 or 0750") from None
+    if mode & ~0o755 or mode & 0o700 != 0o700:
+        raise ValueError(f"{text!r}: the owner needs rwx (7), group and others at most read "
+                         f"and traverse (5), such as 0700, 0750 or 0755")
+    return mode
+
+
+def file_mode(mode: int) -> int:
+    """The mode of a file in an output folder of ``mode``: the same reads, no execute."""
+    return mode & 0o644
+
+
 def read_owner(folder: Path) -> Owner | None:
     """The owner a folder's claim names; None when it has none. NotOurs for a claim that
     is not a regular file, too large or not ours in form."""
     path = Path(folder) / CLAIM_NAME
     if not os.path.lexists(path):
         return None
-    info = read_info(path)
+    return owner_of(read_info(path))
+
+
+def owner_of(info: dict) -> Owner:
+    """The owner a claim's JSON names (``read_info``'s)."""
     owner = info.get("owner")
     if not isinstance(owner, dict):
         # A folder saved before claims: its save named the run only.
@@ -284,37 +313,51 @@ def check_output(folder: Path, owner: Owner) -> bool:
                           f"another folder (a run's folder is its own; `rngdctl resume` goes "
                           f"on in it)")
         return True
-    first = next(iter(sorted(p.name for p in folder.iterdir())), None)
+    first = next(iter(sorted(p.name for p in folder.iterdir()
+                             if not p.name.startswith(CLAIM_TEMPORARY))), None)
     if first is not None:
         raise NotOurs(f"--out {folder} is not empty and no rngdctl run claims it ({first} is "
                       f"there): give an empty or new folder")
     return False
 
 
-def claim(folder: Path, owner: Owner, *, mode: int = 0o700) -> None:
-    """Make ``folder`` (``mode``) if needed and claim it for ``owner``, unless it is claimed.
+def claim(folder: Path, owner: Owner, *, mode: int = DEFAULT_MODE,
+          details: dict | None = None) -> None:
+    """Make ``folder`` if needed, set its ``mode`` (mkdir's is cut by the umask), and
+    claim it for ``owner``, unless it is claimed already (a resume).
 
     Call ``check_output`` first. The claim names no weights file yet; the save
     rewrites the same file with its files and checksums (trainer/save.py).
+    ``details`` go into the claim beside the owner (a hand-started trainer's
+    config, so a refusal can say what differs).
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True, mode=mode)
+    os.chmod(folder, mode)
     if os.path.lexists(folder / CLAIM_NAME):
         return
-    write_info(folder, {"owner": owner.as_dict(), "claimed": time.time(), "files": {}})
+    write_info(folder, {**(details or {}), "owner": owner.as_dict(), "claimed": time.time(),
+                        "files": {}}, mode=file_mode(mode))
 
 
-def write_info(folder: Path, info: dict) -> None:
-    """``folder/rngdctl.json`` replaced at once (a temporary file, fsynced, renamed)."""
+def write_info(folder: Path, info: dict, *, mode: int = 0o600, sync: bool = True) -> None:
+    """``folder/rngdctl.json`` replaced at once (a temporary file, fsynced, renamed).
+
+    ``sync=False``: not fsynced, for a state that only a process's death must not
+    lose (a power cut may; what it then says is the older, safer claim)."""
     path = Path(folder) / CLAIM_NAME
-    tmp = Path(folder) / f".{CLAIM_NAME}.tmp-{os.getpid()}"
+    tmp = Path(folder) / f"{CLAIM_TEMPORARY}{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+                 mode)
+    os.fchmod(fd, mode)  # open's mode is cut by the umask, and an old temporary kept its own
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2, ensure_ascii=False)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if not sync:
+        return
     dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dir_fd)

@@ -11,14 +11,22 @@
   ``adapter_model.safetensors``; ``PeftModel.from_pretrained(base, DIR)``
   loads it onto the base model. A named model (tiny-llama, ...) exists
   nowhere else, so its untrained base is written beside it, in ``DIR/base``.
-- always ``rngdctl.json``, last: the run, the step, the data, the seed, the
-  format and the sha256 of every weights file.
+- always ``rngdctl.json``, last: the owner (the run and its home), the step,
+  the data, the seed, the format, the sha256 of every weights file
+  (``files``) and every name the save wrote (``written``).
+
+``rngdctl.json`` is the folder's claim from the trainer's start
+(trainer/ownership.py): it is rewritten, never removed. The save touches
+only what this run wrote: it replaces or removes a name only when this run's
+own ``rngdctl.json`` lists it from an earlier save, and refuses any other
+file in the way (and a ``base`` folder it did not write) in one line.
 
 Weights are written from where the masters live, one tensor at a time
 (trainer/weights.py): an offloaded layer's master is written from host
 memory as it is, a card's tensor in pieces of 16 MB. Each file is written
-under a temporary name and renamed into place, ``rngdctl.json`` after all of
-them, so a folder whose ``rngdctl.json`` names a file holds it whole.
+under a temporary name and renamed into place; ``rngdctl.json`` names no file
+while they move and names them after all of them, so a folder whose
+``rngdctl.json`` names a file holds it whole.
 
 The weights are not fsynced, as transformers' ``save_pretrained`` does not:
 the operating system writes them back within seconds, and forcing it would
@@ -33,6 +41,7 @@ import copy
 import json
 import os
 import shutil
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,11 +50,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainer import weights
+from trainer import ownership, weights
 from trainer.models import LoRALinear
+from trainer.ownership import Owner
 from trainer.weights import Entry
 
-INFO_NAME = "rngdctl.json"
+INFO_NAME = ownership.CLAIM_NAME
+#: Where a named model's untrained base goes, inside its adapter's folder.
+BASE_NAME = "base"
 FULL, PEFT, MERGED = "full", "peft", "merged"
 #: The modules LoRA adapts (trainer/models.py add_lora), as PEFT's target_modules.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -134,34 +146,46 @@ def lora_rank_alpha(model: nn.Module) -> tuple[int, float] | None:
 # === writing =================================================================
 
 
-def save(out: Path, model: nn.Module, *, info: dict, tokenizer=None, merge: bool = False,
+def save(out: Path, model: nn.Module, *, info: dict, owner: Owner,
+         mode: int = ownership.DEFAULT_MODE, tokenizer=None, merge: bool = False,
          base_folder: Path | None = None, max_shard_bytes: int = weights.MAX_SHARD_BYTES,
          ) -> Saved:
     """Write the model's output folder (see the module's docstring); returns what was written.
 
-    ``base_folder``: for an adapter, the folder its base model was read from
-    (None: a named model, whose base is written to ``out/base``).
+    ``owner``: the run the folder belongs to (claimed here if the trainer has not
+    already: ``ownership.check_output`` refuses another's). Only names this run
+    wrote are replaced or removed; any other file in the way is refused
+    (NotOurs), never overwritten. ``mode``: the folder's, its files' the same
+    less execute. ``base_folder``: for an adapter, the folder its base model was
+    read from (None: a named model, whose base is written to ``out/base``).
     """
     t0 = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out)
+    ownership.check_output(out, owner)
+    ownership.claim(out, owner, mode=mode)
+    claim = ownership.read_info(out / INFO_NAME)
+    ours = _written_before(claim)
     lora = lora_rank_alpha(model)
     kind = FULL if lora is None else (MERGED if merge else PEFT)
-    tmp = out / f".save-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = Path(tempfile.mkdtemp(prefix=".save-", dir=out))
     try:
+        written = []
         if kind == PEFT:
             files = _write_adapter(tmp, model, lora, base_folder)
             if base_folder is None:
-                _write_base(out, model, tokenizer, max_shard_bytes)
+                _write_base(out, model, tokenizer, max_shard_bytes, owner, mode)
+                written.append(BASE_NAME)
         else:
             entries = merged_entries(model) if kind == MERGED else full_entries(model)
             files = _write_full(tmp, model, entries, tokenizer, max_shard_bytes)
         saved = Saved(out, kind, files)
-        _replace_weights(out, tmp)
+        written += _replace_weights(out, tmp, claim, ours, ownership.file_mode(mode))
         saved.bytes = sum((out / name).stat().st_size for name in files)
-        _write_info(out, {**info, "format": kind, "files": files,
-                          **({"lora": {"rank": lora[0], "alpha": lora[1]}} if lora else {})})
+        ownership.write_info(out, {**info, "owner": owner.as_dict(), "format": kind,
+                                   "files": files, "written": sorted(written),
+                                   **({"lora": {"rank": lora[0], "alpha": lora[1]}}
+                                      if lora else {})},
+                             mode=ownership.file_mode(mode))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     saved.seconds = time.perf_counter() - t0
@@ -222,43 +246,67 @@ def _write_adapter(folder: Path, model: nn.Module, lora: tuple[int, float],
     return {name: weights.write_file(folder / name, adapter_entries(model), fsync=False)[0]}
 
 
-def _write_base(out: Path, model: nn.Module, tokenizer, max_shard_bytes: int) -> None:
-    """A named model's untrained base (LoRA leaves it frozen), for PeftModel to load onto."""
-    base = out / "base"
-    if (base / INFO_NAME).exists():
-        return  # written by an earlier save of this run: the base never changes
-    tmp = out / f".base-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+def _write_base(out: Path, model: nn.Module, tokenizer, max_shard_bytes: int, owner: Owner,
+                mode: int) -> None:
+    """A named model's untrained base (LoRA leaves it frozen), for PeftModel to load onto.
+
+    Written once per run: a ``base`` folder an earlier save of this run wrote is
+    kept (the base never changes); one it did not write is refused, never removed.
+    """
+    base = out / BASE_NAME
+    if os.path.lexists(base):
+        try:
+            theirs = ownership.read_owner(base) if base.is_dir() else None
+        except ownership.NotOurs:
+            theirs = None
+        if theirs is not None and theirs.same(owner):
+            return
+        raise ownership.NotOurs(f"{base} is there and this run did not write it: move it "
+                                f"away (the adapter's base model goes there)")
+    tmp = Path(tempfile.mkdtemp(prefix=".base-", dir=out))
     try:
         files = _write_full(tmp, model, full_entries(model), tokenizer, max_shard_bytes)
-        _write_info(tmp, {"format": FULL, "files": files, "base_of": str(out)})
-        shutil.rmtree(base, ignore_errors=True)
-        os.replace(tmp, base)
+        for p in tmp.iterdir():
+            os.chmod(p, ownership.file_mode(mode))
+        ownership.write_info(tmp, {"owner": owner.as_dict(), "format": FULL, "files": files,
+                                   "base_of": str(out)}, mode=ownership.file_mode(mode))
+        os.chmod(tmp, mode)
+        os.rename(tmp, base)  # never over a folder: base was not there just now
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _replace_weights(out: Path, tmp: Path) -> None:
-    """Move the new files into ``out``; weights files of an older save that the new one has
-    not (another sharding) go, and ``rngdctl.json`` first, so no info names a missing file."""
-    (out / INFO_NAME).unlink(missing_ok=True)
-    new = {p.name for p in tmp.iterdir()}
-    for old in out.iterdir():
-        if old.is_file() and old.name not in new and old.name.endswith(
-                (".safetensors", ".safetensors.index.json")):
+def _written_before(claim: dict) -> set[str]:
+    """The names an earlier save of this run wrote into the folder (its ``rngdctl.json``:
+    the weights files, and every other name it wrote), plain names only."""
+    names = set(claim.get("files") or {}) | set(claim.get("written") or [])
+    return {n for n in names if isinstance(n, str) and n == Path(n).name
+            and n not in ("", ".", "..", INFO_NAME)}
+
+
+def _replace_weights(out: Path, tmp: Path, claim: dict, ours: set[str], mode: int
+                     ) -> list[str]:
+    """Move the new files into ``out``; returns their names.
+
+    Only a name this run wrote before is replaced: any other file in the way is
+    refused (NotOurs) before anything moves. The claim is written first with no
+    file named, so no ``rngdctl.json`` names a file being replaced; then the
+    names of the last save that this one has not (another sharding) go.
+    """
+    new = sorted(p.name for p in tmp.iterdir())
+    foreign = [n for n in new if os.path.lexists(out / n) and n not in ours]
+    if foreign:
+        raise ownership.NotOurs(f"{out / foreign[0]} is there and this run did not write it: "
+                                f"move it away")
+    # Not fsynced: after a power cut the older claim (fewer names ours) only refuses more.
+    ownership.write_info(out, {**claim, "files": {}, "written": sorted(ours | set(new))},
+                         mode=mode, sync=False)
+    for name in sorted(ours - set(new) - {BASE_NAME}):
+        old = out / name
+        if os.path.lexists(old) and not old.is_dir():
             old.unlink()
-    for p in tmp.iterdir():
-        os.replace(p, out / p.name)
+    for name in new:
+        os.chmod(tmp / name, mode)
+        os.replace(tmp / name, out / name)
     weights.fsync_dir(out)
-
-
-def _write_info(folder: Path, info: dict) -> None:
-    path = folder / INFO_NAME
-    tmp = folder / f".{INFO_NAME}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=2, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    weights.fsync_dir(folder)
+    return new

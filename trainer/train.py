@@ -96,6 +96,9 @@ class Recipe:
         from trainer.engine import Placement
 
         cfg = self.cfg
+        # --out is this run's, or the run stops now, before the data is read or a step
+        # is trained: not after the last step, with the time spent.
+        self.outdir.claim()
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         self.spec = models.resolve(cfg.model)

@@ -171,7 +171,9 @@ class LocalLauncher:
         argv = trainer_argv(run, log_path=str(run_dir / STEP_LOG), python=self.python,
                             cache_dir=str(self.home.cache_dir),
                             out_dir=str(output_dir(run, self.home.path / "runs")),
-                            on_checkpoint_error=self.config.daemon.checkpoint_failure)
+                            on_checkpoint_error=self.config.daemon.checkpoint_failure,
+                            home_id=self.store.home_id,
+                            output_mode=self.config.daemon.output_mode)
         env = {k: v for k, v in os.environ.items() if k != faults.ENV}
         env["PYTHONUNBUFFERED"] = "1"
         lock = take_trainer_lock(run_dir / TRAINER_LOCK)

@@ -5,7 +5,13 @@ resumes and its held-out loss (issue 26).
 
 - The model folder: the newest ``saved`` event's path and format; before one, the folder
   the run was given (``spec.output_dir`` under the home's runs folder), not yet
-  written, in the format its config will write.
+  written, in the format its config will write. A written folder is checked before
+  it is named (``state``): its ``rngdctl.json`` must name this run of this home as
+  its owner and the weights' sha256 the ``saved`` event recorded; else it is
+  ``missing`` or ``overwritten`` (with the writer's run id), and no load line is
+  given for it. The sha256 maps are compared, not the weights hashed again: that
+  reads every byte (an 8B model's 32 GB at each ``show``), and a file changed
+  outside rngdctl.json is no run's write.
 - The checkpoints: each ``checkpoint`` event's path and step, and whether that folder is
   still on disk where this host can see it (``--keep-checkpoints`` deletes old ones; a
   Kubernetes volume may not be mounted here).
@@ -23,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from daemon.run.spec import KNOWN_MODELS, output_dir
-from trainer import records
+from trainer import ownership, records
 
 #: What a ``saved`` event's ``format`` says the folder holds.
 FULL, PEFT, MERGED = "full", "peft", "merged"
@@ -36,6 +42,10 @@ NAMED_BASE = "base"
 #: Where the store lives in its home (``daemon.home.DB_NAME``): the home's runs folder is
 #: beside it.
 RUNS = "runs"
+#: A written model folder as found now: this run's, gone (or unreadable), or another's.
+OK, MISSING, OVERWRITTEN = "ok", "missing", "overwritten"
+#: An adapter's config larger than this is not PEFT's.
+ADAPTER_CONFIG_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,14 @@ class ModelFolder:
     base: str | None = None  # the base model a PEFT adapter loads onto
     bytes: int | None = None
     on_disk: bool = False  # seen from this host now
+    state: str | None = None  # written: OK, MISSING or OVERWRITTEN; None before a save
+    writer: str | None = None  # OVERWRITTEN: the run id its rngdctl.json names, if any
+    detail: str | None = None  # MISSING, OVERWRITTEN: what was found, in words
+
+    @property
+    def ours(self) -> bool:
+        """Written by this run and still as it saved it: the only model a load line names."""
+        return self.written and self.state == OK
 
     def load_line(self) -> str:
         """One line of Python that loads it."""
@@ -94,7 +112,10 @@ class RunOutput:
             "output": {"model_dir": self.model.path, "written": self.model.written,
                        "format": self.model.format, "base_model": self.model.base,
                        "bytes": self.model.bytes, "on_disk": self.model.on_disk,
-                       "load": self.model.load_line(),
+                       "state": self.model.state, "writer": self.model.writer,
+                       "state_detail": self.model.detail,
+                       "load": self.model.load_line() if self.model.ours
+                       or not self.model.written else None,
                        "checkpoints": [asdict(c) for c in self.checkpoints]},
             "resumes": {"count": len(self.resumes), "steps_redone": self.steps_redone,
                         "each": [asdict(r) for r in self.resumes]},
@@ -153,7 +174,7 @@ def run_output(store, run: dict, runs_dir: Path | None = None) -> RunOutput:
                                                    records.RESUME))
     return RunOutput(
         model=_model_folder(run, [e for e in events if e["kind"] == records.SAVED],
-                            runs_dir or runs_dir_of(store)),
+                            runs_dir or runs_dir_of(store), store.home_id),
         checkpoints=_checkpoints([e for e in events if e["kind"] == records.CHECKPOINT]),
         resumes=tuple(_resume(store, run["id"], e) for e in events
                       if e["kind"] == records.RESUME),
@@ -180,7 +201,7 @@ def _number_or_none(value) -> float | None:
     return float(value) if ok and math.isfinite(value) else None
 
 
-def _model_folder(run: dict, saved: list[dict], runs_dir: Path) -> ModelFolder:
+def _model_folder(run: dict, saved: list[dict], runs_dir: Path, home_id: str) -> ModelFolder:
     config = run.get("config") or {}
     newest = next((_data(e) for e in reversed(saved) if isinstance(_data(e).get("path"), str)),
                   None)
@@ -192,8 +213,44 @@ def _model_folder(run: dict, saved: list[dict], runs_dir: Path) -> ModelFolder:
     path = newest["path"]
     fmt = newest.get("format") if newest.get("format") in FORMAT_WORDS else \
         configured_format(config)
+    state, writer, detail = _state(Path(path), run["id"], home_id, newest.get("files"))
     return ModelFolder(path, True, fmt, _base(fmt, path, newest, config),
-                       _int_or_none(newest.get("bytes")), Path(path).is_dir())
+                       _int_or_none(newest.get("bytes")), Path(path).is_dir(), state, writer,
+                       detail)
+
+
+def _state(folder: Path, run_id: int, home_id: str, files) -> tuple[str, str | None, str | None]:
+    """(state, writer, detail) of a folder the run saved to: its ``rngdctl.json`` (read as a
+    planted file may be: ``ownership.read_info``) must name this run of this home, and
+    the sha256 of each weights file the ``saved`` event recorded."""
+    if not folder.is_dir():
+        return MISSING, None, "not found from this host"
+    try:
+        info = ownership.read_info(folder / ownership.CLAIM_NAME)
+    except ownership.NotOurs as exc:
+        gone = not (folder / ownership.CLAIM_NAME).exists()
+        return MISSING, None, (f"its {ownership.CLAIM_NAME} is gone" if gone
+                               else f"its {ownership.CLAIM_NAME} is not rngdctl's ({exc})")
+    owner = ownership.owner_of(info)
+    if "owner" in info:
+        mine = (owner.run_id, owner.home_id) == (str(run_id), home_id)
+    else:  # saved before folders were claimed: the run id alone
+        mine = owner.run_id == str(run_id)
+    if not mine:
+        if owner.home_id == home_id:
+            who = f"run {owner.run_id} of this home"
+        elif owner.home_id is None and "owner" in info:
+            who = "a trainer started by hand" + (f" (run id {owner.run_id})" if owner.run_id
+                                                  else "")
+        else:
+            who = f"run {owner.run_id} of another home" + (f" ({owner.home_id})"
+                                                           if owner.home_id else "")
+        return OVERWRITTEN, owner.run_id, f"{who} wrote over it"
+    if isinstance(files, dict) and info.get("files") != files:
+        what = ("names no weights file (a save in progress, or one that stopped)"
+                if not info.get("files") else "names other weights than this run saved")
+        return OVERWRITTEN, owner.run_id, f"its {ownership.CLAIM_NAME} {what}"
+    return OK, None, None
 
 
 def _base(fmt: str, path: str, saved: dict, config: dict) -> str | None:
@@ -208,9 +265,10 @@ def _base(fmt: str, path: str, saved: dict, config: dict) -> str | None:
         return saved["base"]
     folder = Path(path)
     try:
-        named = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8")).get(
+        named = json.loads(ownership.read_regular(folder / ADAPTER_CONFIG,
+                                                  max_bytes=ADAPTER_CONFIG_BYTES)).get(
             "base_model_name_or_path")
-    except (OSError, ValueError, AttributeError):
+    except (ownership.NotOurs, ValueError, AttributeError):
         named = None
     if isinstance(named, str) and named:
         inside = folder / named
@@ -304,9 +362,19 @@ def model_words(output: RunOutput, *, finished: bool) -> str:
             parts.append(size_words(model.bytes))
         if not model.on_disk:
             parts.append("not found from this host")
+        elif not model.ours:
+            parts.append(state_words(model))
     else:
         parts.append("not written" if finished else "not written yet")
     return f"{model.path} ({', '.join(parts)})"
+
+
+def state_words(model: ModelFolder) -> str:
+    """Why a written folder is not named as this run's model: 'overwritten: run 5 of this
+    home wrote over it; not this run's model'."""
+    if model.state == MISSING:
+        return f"{model.detail}: it cannot be checked as this run's model"
+    return f"{model.state}: {model.detail}; not this run's model"
 
 
 def checkpoints_words(output: RunOutput) -> str | None:

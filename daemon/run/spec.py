@@ -12,6 +12,7 @@ from pathlib import Path
 
 from daemon.errors import BadInput
 from trainer.config import default_baseline_steps
+from trainer.ownership import unusable_output
 
 #: Named model configs the trainer builds without a download, with their decoder
 #: layers (trainer/models.py NAMED; tests/spine/test_bad_input.py checks they agree).
@@ -164,6 +165,9 @@ def _check_output(config: dict) -> None:
         raise BadInput("--eval-every needs --eval-data or --eval-split: there is nothing "
                        "to evaluate on")
     if config["out"] is not None:
+        why = unusable_output(str(config["out"]))
+        if why is not None:  # '' would be the shell's working folder; / and ~ are no run's
+            raise BadInput(f"--out {config['out']!r}: {why}")
         out = Path(config["out"]).expanduser()
         if out.exists() and not out.is_dir():
             raise BadInput(f"--out {config['out']!r}: a file is there, not a folder")
@@ -211,12 +215,14 @@ def model_layers(model: str) -> int | None:
 
 def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
                  cache_dir: str | None = None, command: str = "train",
-                 out_dir: str | None = None, on_checkpoint_error: str | None = None
-                 ) -> list[str]:
+                 out_dir: str | None = None, on_checkpoint_error: str | None = None,
+                 home_id: str | None = None, output_mode: str | None = None) -> list[str]:
     """The trainer's command line for a run, as a list (never a shell string).
 
     ``out_dir``: where the trainer writes the model and its checkpoints, as the
     trainer sees it (a launcher's choice: ``output_dir``, or a volume's path).
+    ``home_id`` (``Store.home_id``) with the run id names who owns that folder;
+    ``output_mode`` (``[daemon] output_mode``) is its mode.
     """
     c = run["config"]
     backends = ",".join([c["backend"]] * int(c["cards"]))
@@ -226,6 +232,7 @@ def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
                        str(c["seq_len"])]
     argv += [
         "--run-id", str(run["id"]),
+        *(["--home-id", home_id] if home_id else []),
         "--model", c["model"],
         *(["--lora", str(c["lora"])] if c.get("lora") else ["--full"]),
         "--resident-layers", str(c["resident"]),
@@ -249,6 +256,8 @@ def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
             argv += ["--checkpoint-every", str(c["checkpoint_every"])]
         if on_checkpoint_error:
             argv += ["--on-checkpoint-error", on_checkpoint_error]
+        if output_mode:
+            argv += ["--output-mode", output_mode]
     if c.get("eval_data"):
         argv += ["--eval-data", c["eval_data"]]
     if c.get("eval_split"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from daemon.errors import BadInput
+from daemon.run.claims import check_run_output
 from daemon.run.spec import apply_settings, config_diff, parse_setting
 from daemon.store import CANCELLED, DONE, FAILED, FINISHED, OOM, QUEUED, TIMEOUT
 
@@ -73,6 +74,7 @@ def queue_run(store, config: dict, *, after=None, priority: int | None = None,
         from daemon.scheduling.notify import parse_command
 
         parse_command(notify)
+    check_run_output(store, config)
     return store.add_run(config, name=config.get("name"), after=resolve_after(store, after),
                          priority=priority or 0, notify=notify)
 
@@ -108,6 +110,8 @@ def edit_run(store, ref, settings: list[str]) -> tuple[dict, dict]:
     changes = config_diff(run["config"], config)
     if "name" in changes:
         check_name(store, config.get("name"), run_id=run["id"])
+    if "out" in changes:
+        check_run_output(store, config, run_id=run["id"])
     if changes:
         # Only here: submit, which loads this module, needs no checkpoint reader.
         from daemon.run.resumable import check_edit
@@ -126,21 +130,29 @@ def clone_run(store, ref, settings: list[str]) -> tuple[int, dict]:
 
     The copy keeps the priority and the notifier; it waits for nothing (--after is
     not copied). Its name is the run's with ``-2``, ``-3``... (``free_name``), or the one
-    ``--set name=`` gives, which no run may have.
+    ``--set name=`` gives, which no run may have. It writes to its own folder, not to the
+    ``--out`` of the run it copies, which stays that run's (``--set out=DIR`` for another).
     """
     run = store.run(ref)
-    config = apply_settings(run["config"], settings)
+    config = apply_settings(own_output(run["config"]), settings)
     if "name" in dict(parse_setting(s) for s in settings):
         check_name(store, config.get("name"))
     elif config.get("name") is not None:
         config = {**config, "name": free_name(store, config["name"])}
     changes = config_diff(run["config"], config)
+    check_run_output(store, config)
     new_id = store.add_run(config, name=config.get("name"), priority=run.get("priority") or 0,
                            notify=run.get("notify"))
     store.add_event(new_id, "clone", f"cloned from run {run['id']}"
                     + (f": {_describe(changes)}" if changes else ""),
                     data={"from": run["id"], "changes": {k: list(v) for k, v in changes.items()}})
     return new_id, changes
+
+
+def own_output(config: dict) -> dict:
+    """A copied run's config with the copied run's ``--out`` dropped: that folder is the
+    copied run's, and the copy gets its own default folder (``HOME/runs/<id>/model``)."""
+    return {k: v for k, v in config.items() if k != "out"}
 
 
 # === restart =================================================================
@@ -179,7 +191,9 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
 
     pueue's restart without --in-place: the old run and its steps stay as they
     were; the new one copies its config, name, priority and notifier, and
-    remembers where it came from (``restart_of``). Returns (old id, new id) pairs.
+    remembers where it came from (``restart_of``). It writes to its own folder:
+    an explicit ``--out`` stays the old run's (``own_output``). Returns (old id,
+    new id) pairs.
     """
     if not refs and not all_failed:
         raise BadInput("give the runs to restart, or --all-failed")
@@ -196,13 +210,16 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
     for run in sorted({r["id"]: r for r in runs}.values(), key=lambda r: r["id"]):
         after, after_text = _restart_after(store, run)
         name = free_name(store, run.get("name"))  # a name is one run's: NAME-2, NAME-3...
-        config = {**run["config"], "name": name} if "name" in run["config"] else run["config"]
+        config = own_output(run["config"])
+        config = {**config, "name": name} if "name" in config else config
         new_id = store.add_run(config, name=name, after=after,
                                priority=run.get("priority") or 0, notify=run.get("notify"),
                                restart_of=run["id"])
         why = (run.get("exit_reason") or "").splitlines()[0] if run.get("exit_reason") else ""
+        moved = (f"; its own output folder, not run {run['id']}'s --out "
+                 f"{run['config']['out']}" if run["config"].get("out") else "")
         store.add_event(new_id, "restart", f"restarted from run {run['id']} ({run['status']}"
-                        + (f": {why}" if why else "") + ")" + after_text,
+                        + (f": {why}" if why else "") + ")" + after_text + moved,
                         data={"from": run["id"], "after": after})
         pairs.append((run["id"], new_id))
     return pairs

@@ -58,6 +58,15 @@ class Connection:
         row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         return int(row[0]) if row else 0
 
+    @property
+    def home_id(self) -> str:
+        """The home's random id (made with the store): with a run id, it names who owns a
+        run's output folder (trainer/ownership.py)."""
+        if getattr(self, "_home_id", None) is None:
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'home_id'").fetchone()
+            self._home_id = str(row[0])
+        return self._home_id
+
     def _migrate(self) -> None:
         with self._transaction():
             current = self.schema_version()

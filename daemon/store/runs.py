@@ -80,6 +80,18 @@ class Runs(Connection):
             " ORDER BY r.priority DESC, r.position, r.id LIMIT 1", [QUEUED, DONE])
         return rows[0] if rows else None
 
+    def runs_sharing_output(self, folder: str, *, exclude: int | None = None) -> list[dict]:
+        """Runs (id, name, status, out) whose ``--out`` is ``folder``, holds it or lies inside
+        it, oldest first; ``exclude``: a run left out (one being edited). One query over
+        the runs, whatever their number."""
+        return self._rows(
+            "SELECT id, name, status, out FROM (SELECT id, name, status,"
+            " json_extract(config, '$.out') AS out FROM runs WHERE id IS NOT ?)"
+            " WHERE out IS NOT NULL AND out != ''"
+            " AND (out = ?2 OR substr(?2, 1, length(out) + 1) = out || '/'"
+            " OR substr(out, 1, length(?2) + 1) = ?2 || '/') ORDER BY id",
+            [exclude, folder])
+
     def active_runs(self) -> list[dict]:
         return self.runs(ACTIVE)
 

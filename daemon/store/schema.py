@@ -13,7 +13,7 @@ import sqlite3
 from daemon.store.codec import _phase_value
 from trainer import records
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 _V1 = [
     """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)""",
@@ -358,5 +358,20 @@ _V13 = [
     "CREATE INDEX card_samples_raw ON card_samples(time) WHERE n IS NULL",
 ]
 
+
+
+def _make_home_id(conn: sqlite3.Connection) -> None:
+    """A random id for the home, made once: a run's output folder is claimed by its run id
+    and this (trainer/ownership.py), so a run of another home, or of this home's store
+    made again, is never taken for this one."""
+    import secrets
+
+    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('home_id', ?)",
+                 (secrets.token_hex(8),))
+
+
+# Version 14 (issues 33, 36): the home's id, in ``meta``; a new store gets it as it is made.
+_V14 = [_make_home_id]
+
 MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9,
-              10: _V10, 11: _V11, 12: _V12, 13: _V13}
+              10: _V10, 11: _V11, 12: _V12, 13: _V13, 14: _V14}

@@ -116,9 +116,11 @@ def _echo_saved(home, run_id: int) -> None:
 
     with home.store() as store:
         model = output.run_output(store, store.run(run_id)).model
-    if model.written:
+    if model.ours:
         click.echo(f"model: {model.path}")
         click.echo(f'  load it: python -c "{model.load_line()}"')
+    elif model.written:
+        click.echo(f"model: {model.path}, now {output.state_words(model)}")
 
 
 @click.command()

@@ -54,6 +54,9 @@ def edit(home, as_json, run_ref, settings):
 def clone(home, as_json, run_ref, settings):
     """Queue a copy of any run (its config, name and priority), with changes; prints its id.
 
+    The copy writes to its own folder: the copied run's --out stays that run's
+    (--set out=DIR for another folder).
+
     Example: rngdctl clone 7 --set lr=2e-5
     """
     from daemon.scheduling.queueing import clone_run
@@ -65,8 +68,12 @@ def clone(home, as_json, run_ref, settings):
     if as_json:
         echo_json({"id": new_id, "status": new["status"], "position": position,
                    "changes": _changes(changes), "config": new["config"]})
-    else:
-        click.echo(new_id)
+        return
+    old_out = changes.get("out", (None, None))[0]
+    if old_out and new["config"].get("out") is None:  # stderr: stdout stays the id alone
+        click.echo(f"run {new_id} writes to its own folder: --out {old_out} stays run "
+                   f"{run_ref}'s (--set out=DIR for another folder)", err=True)
+    click.echo(new_id)
 
 
 @click.command()
@@ -81,7 +88,8 @@ def restart(home, as_json, run_refs, all_failed):
 
     Like pueue's restart: the new run copies the config, name, priority and
     notifier; a run that waited for another (--after) waits for that run's
-    restart when it has one. Prints one line per run: OLD -> NEW.
+    restart when it has one. It writes to its own folder: an --out stays the
+    old run's (`rngdctl resume` goes on in it). Prints one line per run: OLD -> NEW.
 
     Example: rngdctl restart --all-failed
     """
@@ -89,13 +97,16 @@ def restart(home, as_json, run_refs, all_failed):
 
     with home.store() as store:
         pairs = restart_runs(store, list(run_refs), all_failed=all_failed)
+        outs = {old: store.run(old)["config"].get("out") for old, _ in pairs}
     if as_json:
         echo_json([{"from": old, "id": new} for old, new in pairs])
     elif not pairs:
         click.echo("no failed run to restart")
     else:
         for old, new in pairs:
-            click.echo(f"run {old} -> run {new} (queued)")
+            # A restart writes to its own folder: an explicit --out is the old run's.
+            mine = f"; its own folder, --out {outs[old]} stays run {old}'s" if outs[old] else ""
+            click.echo(f"run {old} -> run {new} (queued{mine})")
 
 
 @click.command()

@@ -276,7 +276,7 @@ def output_lines(run: dict, found, held) -> list[str]:
     from daemon.store import FINISHED
 
     lines = [f"  output: {output.model_words(found, finished=run['status'] in FINISHED)}"]
-    if found.model.written:
+    if found.model.ours:  # never a load line for a model that is not this run's
         lines.append(f"    load: {found.model.load_line()}")
     for title, words in (("checkpoints", output.checkpoints_words(found)),
                          (None, output.resumes_words(found)),

@@ -304,10 +304,13 @@ def _output_lines(report: RunReport) -> list[str]:
         return []
     model = found.model
     what = output.FORMAT_WORDS.get(model.format, model.format)
-    if model.written:
+    if model.ours:
         size = f", {output.size_words(model.bytes)}" if model.bytes is not None else ""
         lines = [(f"Model: saved to `{model.path}` ({what}{size}). Load it with "
                   f"`{model.load_line()}`.")]
+    elif model.written:  # no load line: what is there now is not this run's model
+        lines = [(f"Model: saved to `{model.path}` ({what}), now "
+                  f"{output.state_words(model)}.")]
     elif report.run["status"] in FINISHED:
         lines = [f"Model: not written; its folder was `{model.path}`."]
     else:

@@ -7,6 +7,7 @@ from recorded import T0, drifting_steps
 
 from daemon.run.ingest import Ingest
 from rngdctl.export import write_note
+from tests.conftest import claim_as_saved
 from trainer import records
 
 #: The held-out loss every 20 steps of drifting_steps' 60 (timed with the steps).
@@ -49,8 +50,8 @@ def test_a_run_without_a_held_out_loss_keeps_its_three_column_table(store, recor
 def test_the_note_says_where_the_model_is_and_gives_the_line_that_loads_it(store, recorded,
                                                                            tmp_path):
     out = tmp_path / "r60-model"
-    out.mkdir()
     run = recorded(drifting_steps())
+    claim_as_saved(store, run, out)
     feed(store, run, records.Event(records.SAVED, "model saved", data={
         "path": str(out), "format": "full", "bytes": 1_300_000_000}, time=T0 + 161))
     text = note_for(store, run, tmp_path)
@@ -62,12 +63,14 @@ def test_the_note_says_where_the_model_is_and_gives_the_line_that_loads_it(store
 
 def test_a_peft_adapter_is_loaded_onto_its_base_model(store, recorded, tmp_path):
     run = recorded(drifting_steps(), config={"lora": 8, "model": "/models/qwen2-0.5b"})
+    adapter = tmp_path / "adapter"
+    claim_as_saved(store, run, adapter)
     feed(store, run, records.Event(records.SAVED, "adapter saved", data={
-        "path": "/scratch/adapter", "format": "peft"}, time=T0 + 161))
+        "path": str(adapter), "format": "peft"}, time=T0 + 161))
     text = note_for(store, run, tmp_path)
     assert ("Load it with `from peft import PeftModel; from transformers import "
             "AutoModelForCausalLM; model = PeftModel.from_pretrained(AutoModelForCausalLM."
-            "from_pretrained('/models/qwen2-0.5b'), '/scratch/adapter')`.") in text
+            f"from_pretrained('/models/qwen2-0.5b'), {str(adapter)!r})`.") in text
 
 
 def test_the_note_says_how_often_the_run_resumed_and_what_each_resume_cost(store, recorded,

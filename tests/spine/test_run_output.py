@@ -7,6 +7,7 @@ import pytest
 
 from daemon.run import output
 from daemon.run.ingest import Ingest
+from tests.conftest import claim_as_saved
 from trainer import records
 
 CONFIG = {"cards": 1, "resident": 2, "steps": 130, "model": "tiny-llama"}
@@ -52,6 +53,7 @@ def killed_twice(store, tmp_path):
                                          data={"path": str(out), "format": "full",
                                                "bytes": 2_400_000}, time=2131.0)))
     (out / "checkpoints" / "step-100").mkdir(parents=True)  # step 50's: deleted (keep 1)
+    claim_as_saved(store, run, out)
     return run, out
 
 

@@ -77,9 +77,10 @@ def test_a_damaged_checkpoint_is_refused_in_one_line_naming_the_file(tmp_path, d
 
 
 def test_a_checkpoint_of_another_config_is_refused_naming_what_differs(tmp_path):
-    train(tmp_path, checkpoint_every=3)
+    # One run of a home (its folder's owner), edited between its stops.
+    train(tmp_path, checkpoint_every=3, run_id="4", home_id="h")
     with pytest.raises(CheckpointError, match=r"another config \(lr: 0.001 there, 0.002 here"):
-        train(tmp_path, lr=2e-3)
+        train(tmp_path, lr=2e-3, run_id="4", home_id="h")
 
 
 def test_a_checkpoint_of_another_model_shape_is_refused_before_any_load(tmp_path):

@@ -82,7 +82,8 @@ def test_a_model_past_the_shard_size_is_written_in_shards_with_an_index(tmp_path
     from transformers import AutoModelForCausalLM
 
     recipe, _ = trained(tmp_path / "run")
-    save.save(tmp_path / "sharded", recipe.model, info={}, max_shard_bytes=200_000)
+    save.save(tmp_path / "sharded", recipe.model, info={}, owner=recipe.outdir.owner,
+              max_shard_bytes=200_000)
     index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
     shards = sorted(set(index["weight_map"].values()))
     assert len(shards) > 1 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"

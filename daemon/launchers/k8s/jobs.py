@@ -61,7 +61,9 @@ class JobsMixin:
         command = "compile" if stage == jobspec.COMPILE else "train"
         argv = trainer_argv(run, log_path=None, python="python", cache_dir=self.k8s.cache_dir,
                             command=command, out_dir=jobspec.output_dir(run, self.k8s),
-                            on_checkpoint_error=self.config.daemon.checkpoint_failure)
+                            on_checkpoint_error=self.config.daemon.checkpoint_failure,
+                            home_id=self.store.home_id,
+                            output_mode=self.config.daemon.output_mode)
         body = jobspec.job(run, self.k8s, name=name, node=node, image=image, argv=argv,
                            stage=stage, resource=self._card_resource(node),
                            grace_s=self.config.daemon.stop_grace_s)

@@ -34,4 +34,4 @@ class Reader:
         self._curves: dict[int, LossCurve] = {}
         self._held_out: dict[tuple[int, str], HeldOutSeries] = {}
         #: A run's output (daemon/run/output.py), and the store's newest event id when it was read.
-        self._outputs: dict[int, tuple[int, RunOutput]] = {}
+        self._outputs: dict[int, tuple[int, tuple | None, RunOutput]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from daemon.run import output
@@ -14,6 +15,7 @@ from rngdctl.tui.data.text import _int
 from rngdctl.tui.data.views import RunView
 from rngdctl.tui.series import HeldOutSeries, PassSeries
 from trainer import records
+from trainer.ownership import CLAIM_NAME
 
 EVENTS_LIMIT = 8
 
@@ -63,13 +65,14 @@ class RunViews(Predictions):
 
     def _output(self, run: dict) -> output.RunOutput:
         """The run's output, read again only when the store has a new event (its folder,
-        checkpoints and resumes all come from the run's events)."""
+        checkpoints and resumes all come from the run's events), or its folder's
+        ``rngdctl.json`` changed (another run writing over it is no event of ours)."""
         newest = self.store.last_event_id()
-        kept = self._outputs.get(run["id"])
-        if kept is None or kept[0] != newest:
-            kept = self._outputs[run["id"]] = (
-                newest, output.run_output(self.store, run, Path(self.home) / output.RUNS))
-        return kept[1]
+        kept = self._outputs.get(run["id"])  # (newest event id, claim stamp, RunOutput)
+        if kept is None or kept[0] != newest or kept[1] != _claim_stamp(kept[2]):
+            found = output.run_output(self.store, run, Path(self.home) / output.RUNS)
+            kept = self._outputs[run["id"]] = (newest, _claim_stamp(found), found)
+        return kept[2]
 
     def _current_run(self) -> dict | None:
         if self.run_ref is not None:
@@ -140,6 +143,15 @@ class RunViews(Predictions):
             measured_s=compared.measured_s if compared else None,
             measured_name=compared.measured_name if compared else None,
         )
+
+
+def _claim_stamp(found: output.RunOutput) -> tuple | None:
+    """When and how the model folder's ``rngdctl.json`` last changed (one stat)."""
+    try:
+        st = os.stat(Path(found.model.path) / CLAIM_NAME)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _baseline_steps(config: dict) -> int | None:
