@@ -129,8 +129,8 @@ def test_a_name_of_digits_only_is_refused_at_submit(rngdctl, name):
     code, out, err = rngdctl("submit", "--cards", "1", "--resident", "0", "--name", name)
 
     assert (code, out) == (2, "")
-    assert err.splitlines() == [f"Error: --name '{name}': a name of digits only reads as a "
-                                f"run id; add a letter (run-{name})"]
+    assert err.splitlines() == [(f"Error: --name '{name}': a name of digits only reads as a "
+                                f"run id; add a letter (run-{name})")]
 
 
 def test_a_name_of_digits_only_is_refused_at_edit_and_clone(store, queued):
