@@ -74,20 +74,34 @@ def check_private(path: Path, what: str, *, allow_group_write: bool = False) -> 
     return st
 
 
+def open_regular(path: Path, flags: int = os.O_RDONLY, *, mode: int = 0o600,
+                 what: str = "file") -> int:
+    """An fd of the regular file at ``path`` (made with ``mode`` under ``os.O_CREAT``),
+    opened without following a final symbolic link and without blocking on a FIFO or a
+    device; NotOurs (one line) for anything else. The daemon opens every file under a run's
+    folder so: a link planted there would have it write, or read out, another file."""
+    path = Path(path)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise NotOurs(f"{path}: a symbolic link, not a {what}: remove it") from None
+        raise NotOurs(f"{path}: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotOurs(f"{path}: not a regular file (a {_kind(st.st_mode)})")
+    os.set_blocking(fd, True)
+    return fd
+
+
 def read_regular(path: Path, *, max_bytes: int, what: str = "file") -> bytes:
     """The bytes of a regular file, never following a final symbolic link, never blocking
     on a FIFO or a device, and never more than ``max_bytes``; else NotOurs (one line)."""
     path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if os.path.islink(path):
-            raise NotOurs(f"{path}: a symbolic link, not a {what}") from None
-        raise NotOurs(f"{path}: {exc.strerror}") from None
+    fd = open_regular(path, what=what)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotOurs(f"{path}: not a regular file (a {_kind(st.st_mode)})")
         if st.st_size > max_bytes:
             raise NotOurs(f"{path}: {st.st_size} bytes, more than a {what} holds "
                           f"({max_bytes})")

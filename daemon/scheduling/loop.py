@@ -429,6 +429,7 @@ class Daemon:
                                      data=outcome.retry["data"], now=now)
             return
         assert outcome.status in FINISHED, outcome
+        now = outcome.ended if outcome.ended is not None else now  # when it ended, not later
         self.store.finish_run(run["id"], outcome.status, reason=outcome.reason,
                               exit_code=outcome.exit_code, now=now)
         self._seal(run["id"])
