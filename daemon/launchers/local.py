@@ -190,6 +190,9 @@ class LocalLauncher:
         lock = take_trainer_lock(run_dir / TRAINER_LOCK)
         child = None
         try:
+            # The trainer's own copy of its records, made here: a link or a FIFO planted
+            # in its place refuses the launch, and the trainer appends to this file.
+            os.close(open_regular(run_dir / STEP_LOG, os.O_WRONLY | os.O_CREAT, what="log"))
             out = open_regular(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="log")
             try:
                 offset = os.fstat(out).st_size
