@@ -286,15 +286,26 @@ class LocalLauncher:
             return None
         child = self._children.pop(run_id, None)
         self._processes.pop(run_id, None)
-        self._ended_at.pop(run_id, None)
         exit_code = child.returncode if child is not None else None
-        return dataclasses.replace(self._outcome(run, exit_code), ended=ended)
+        return self._ended(run, self._outcome(run, exit_code), ended)
 
-    def _end_record(self, run: dict) -> dict | None:
-        """This attempt's end record: not one an earlier try of a retried run wrote."""
+    def _end_event(self, run: dict) -> dict | None:
+        """This attempt's end record's event: not one an earlier try of a retried run wrote."""
         ends = [e for e in self.store.events(run_id=run["id"], kinds=["end"])
                 if e["time"] >= (run.get("started") or 0) - 1.0]
-        return (ends[-1].get("data") or {}) if ends else None
+        return ends[-1] if ends else None
+
+    def _end_record(self, run: dict) -> dict | None:
+        end = self._end_event(run)
+        return (end.get("data") or {}) if end is not None else None
+
+    def _ended(self, run: dict, outcome: Outcome, seen: float) -> Outcome:
+        """The outcome stamped with when the run ended: its end record's time, else when
+        it was first seen ended (a log read to its end later does not move it)."""
+        self._ended_at.pop(run["id"], None)
+        end = self._end_event(run)
+        when = end["time"] if end is not None and end["time"] <= seen else seen
+        return dataclasses.replace(outcome, ended=when)
 
     def _outcome(self, run: dict, exit_code: int | None) -> Outcome:
         run_id = run["id"]
@@ -423,8 +434,7 @@ class LocalLauncher:
         ended = self._ended_at.setdefault(run["id"], self.clock())
         if not self._read_new(run):
             return None
-        self._ended_at.pop(run["id"], None)
-        return dataclasses.replace(self._outcome(run, None), ended=ended)
+        return self._ended(run, self._outcome(run, None), ended)
 
     def _find_unrecorded(self, run: dict) -> Outcome | None:
         """The daemon died after claiming the run and before storing its trainer's pid.
