@@ -16,6 +16,17 @@ OUT_OF_RANGE = [(section, name, low - 1 if included else low)
                 for name, (low, included) in names.items()]
 
 
+def test_every_numeric_setting_has_a_range():
+    from dataclasses import fields
+
+    from daemon.home import _SECTIONS
+
+    numeric = {(section, f.name) for section, cls in _SECTIONS.items() for f in fields(cls)
+               if str(f.type).split(" | ")[0] in ("int", "float")}
+    ranged = {(section, name) for section, names in RANGES.items() for name in names}
+    assert numeric - ranged == set()
+
+
 @pytest.mark.parametrize("section, name, value", OUT_OF_RANGE)
 def test_every_number_out_of_its_range_is_one_line_naming_the_key(section, name, value):
     text = f"[{section}]\n{name} = {value}\n"
