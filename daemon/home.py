@@ -305,17 +305,28 @@ default_deadline = 7200
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _private(path: Path, what: str) -> os.stat_result:
+def _private(path: Path, what: str, *, mode_too: bool = True) -> os.stat_result:
     """``ownership.check_private`` of ``path``, following a symbolic link that this user or
-    root owns (a config kept with one's dotfiles) to the file it names."""
+    root owns (a config kept with one's dotfiles) to the file it names; ``mode_too``
+    False: its owner only."""
     from trainer.ownership import NotOurs, check_private
 
     try:
         if path.is_symlink() and os.lstat(path).st_uid in (os.geteuid(), 0):
             path = Path(os.path.realpath(path))
-        return check_private(path, what)
+        if mode_too:
+            return check_private(path, what)
+        st = os.lstat(path)
+        if st.st_uid != os.geteuid():
+            check_private(path, what)  # raises, naming the owner
+        return st
     except NotOurs as exc:
         raise NotPrivate(str(exc)) from None
+
+
+def _empty(folder: Path) -> bool:
+    with os.scandir(folder) as entries:
+        return next(entries, None) is None
 
 
 class Home:
@@ -380,27 +391,33 @@ class Home:
 
         Another user's home, config.toml or rngdctl.db, or one that group or others
         may write, is refused: what is in it may have been planted. A home that
-        others may only read is refused too, with the chmod that fixes it, unless
-        it is still empty (a ``mkdir``, a new volume): rngdctl makes that one 0700,
-        as it would a home it creates. Three lstat calls, once per process.
+        others may only read is refused too, with the chmod that fixes it. A folder
+        of this user's that is still empty (a ``mkdir``, a new volume) is not a home
+        yet: rngdctl makes it 0700, as it makes a new one. Three lstat calls, once
+        per process.
         """
         if self._checked or not os.path.lexists(self.path):
             return
-        st = _private(self.path, "home")
+        st = _private(self.path, "home", mode_too=False)
         if not stat.S_ISDIR(st.st_mode):
             raise NotPrivate(f"home {self.path} is not a folder")
         mode = stat.S_IMODE(st.st_mode)
-        if mode & 0o077:
-            with os.scandir(self.path) as entries:
-                empty = next(entries, None) is None
-            if not empty:
-                raise NotPrivate(f"home {self.path} may be read by others (mode {mode:04o}): "
-                                 f"chmod 700 {self.path}")
-            os.chmod(self.path, 0o700)
+        if mode & 0o077 and not self._made_private_if_empty():
+            _private(self.path, "home")  # refused when group or others may write it
+            raise NotPrivate(f"home {self.path} may be read by others (mode {mode:04o}): "
+                             f"chmod 700 {self.path}")
         for path, what in ((self.config_path, "config file"), (self.db_path, "store")):
             if os.path.lexists(path):
                 _private(path, what)
         self._checked = True
+
+    def _made_private_if_empty(self) -> bool:
+        """Make an empty folder 0700; whether it was empty, and still is once no one else
+        can add to it (a file planted in between is found by the second look)."""
+        if not _empty(self.path):
+            return False
+        os.chmod(self.path, 0o700)
+        return _empty(self.path)
 
     def config(self) -> Config:
         """config.toml's config (the defaults without one), checked; read again only when

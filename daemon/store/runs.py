@@ -6,7 +6,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from daemon import faults
 from daemon.errors import NoSuchRun
 from daemon.store.codec import _JSON_COLUMNS, _as_run_id, _is_utf8, _json
 from daemon.store.connection import Connection
@@ -129,6 +128,8 @@ class Runs(Connection):
     def finish_run(self, run_id: int, status: str, *, reason: str | None = None,
                    exit_code: int | None = None, now: float | None = None) -> None:
         assert status in FINISHED, status
+        from daemon import faults  # here: `submit` and `runs` never end a run
+
         faults.store_full()
         self.update_run(run_id, status=status, exit_reason=reason, exit_code=exit_code,
                         ended=time.time() if now is None else now)

@@ -48,9 +48,12 @@ def test_a_home_rngdctl_makes_is_0700_and_its_config_0600_whatever_the_umask(tmp
 
 
 @needs_nobody
-def test_an_empty_folder_others_may_read_is_made_a_private_home(shared_tmp):
+@pytest.mark.parametrize("loose", [0o755, 0o777])
+def test_an_empty_folder_of_ones_own_others_may_read_or_write_is_made_a_private_home(
+        shared_tmp, loose):
     home = shared_tmp / "mkdired"
-    home.mkdir(mode=0o755)  # `mkdir` under umask 022, or a new volume
+    home.mkdir()
+    home.chmod(loose)  # `mkdir` under umask 022, a new volume, a kubelet's DirectoryOrCreate
 
     code, _, err = rngdctl_at(home, *SUBMIT)
 
