@@ -180,3 +180,24 @@ def test_a_runs_log_that_is_a_link_is_not_read_into_the_store(home, store, victi
 
     assert store.events(run_id=run_id, kinds=["log"]) == []
     assert store.run(run_id)["log_offset"] in (0, None)
+
+
+@pytest.mark.parametrize("name", ["output.log", "steps.jsonl", "trainer.lock"])
+def test_a_link_at_any_file_the_launch_opens_refuses_the_launch_in_one_line(
+        home, store, victim, name):
+    from daemon.errors import LaunchError
+    from daemon.launchers.local import LocalLauncher
+    from daemon.run.ingest import Ingest
+
+    run_id = store.add_run({"cards": 1, "resident": 0, "steps": 5, "backend": "cpu",
+                            "model": "tiny-llama", "data": "synthetic", "seq_len": 32,
+                            "accum": 1, "lr": 1e-5, "seed": 0})
+    (home.run_dir(run_id) / name).symlink_to(victim)
+    launcher = LocalLauncher(home=home, store=store, config=home.config(),
+                             ingest=Ingest(store), python="/bin/echo")
+
+    with pytest.raises(LaunchError) as err:
+        launcher.launch(store.run(run_id))
+
+    assert f"{name}: a symbolic link" in str(err.value) and "\n" not in str(err.value)
+    assert victim.read_text() == "the user's own file\n"
