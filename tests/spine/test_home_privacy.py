@@ -201,3 +201,14 @@ def test_a_link_at_any_file_the_launch_opens_refuses_the_launch_in_one_line(
 
     assert f"{name}: a symbolic link" in str(err.value) and "\n" not in str(err.value)
     assert victim.read_text() == "the user's own file\n"
+
+
+def test_the_trainers_log_is_never_written_through_a_link(tmp_path, victim):
+    from trainer.cli import _open_log
+    from trainer.errors import UsageError
+
+    (tmp_path / "steps.jsonl").symlink_to(victim)
+
+    with pytest.raises(UsageError, match=r"^cannot open --log .*steps.jsonl: a symbolic link$"):
+        _open_log(str(tmp_path / "steps.jsonl"))
+    assert victim.read_text() == "the user's own file\n"
