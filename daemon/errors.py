@@ -29,6 +29,10 @@ class ConfigError(BadInput):
     """config.toml cannot be read or holds a bad value."""
 
 
+class NotPrivate(BadInput):
+    """A home, config.toml or store that is not this user's alone: rngdctl will not use it."""
+
+
 class DaemonAlreadyRunning(RngdctlError):
     """Another daemon holds this home's lock."""
 

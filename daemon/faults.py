@@ -1,10 +1,13 @@
-"""Fault injection: SIGKILL the daemon at a named point, to test crash safety.
+"""Fault injection: SIGKILL the daemon at a named point, to test crash safety; a full disk.
 
 ``RNGDCTL_FAULT=<point>`` in the daemon's environment kills it with SIGKILL
 the first time it reaches that point; unset (always, outside tests and
 bench/crash_kill.py) it costs one dictionary lookup. SIGKILL, not an
 exception: nothing runs after it, no ``finally``, no flush, as when the
 kernel or a user kills the daemon.
+
+``RNGDCTL_FAULT=store_full`` is not a kill: while it is set, the store refuses
+a run's end as SQLite refuses a write on a full disk (``Store.finish_run``).
 """
 
 from __future__ import annotations
@@ -28,3 +31,15 @@ def point(name: str) -> None:
     assert name in POINTS, name
     if os.environ.get(ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+#: The store refuses a run's end, as a full disk would, while the environment says so.
+STORE_FULL = "store_full"
+
+
+def store_full() -> None:
+    """Raise SQLite's full-disk error here while ``RNGDCTL_FAULT=store_full``."""
+    if os.environ.get(ENV) == STORE_FULL:
+        import sqlite3
+
+        raise sqlite3.OperationalError("database or disk is full")

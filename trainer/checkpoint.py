@@ -467,7 +467,8 @@ def verify_files(path: Path, manifest: dict) -> Checkpoint:
         if not os.path.lexists(file):
             raise CheckpointError(f"{file}: missing")
         try:
-            fd, st = ownership.open_regular(file, what="checkpoint file")
+            fd = ownership.open_regular(file, what="checkpoint file")
+            st = os.fstat(fd)
         except NotOurs as exc:
             raise CheckpointError(str(exc)) from None
         try:

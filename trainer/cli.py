@@ -189,10 +189,13 @@ class _Stop:
 def _open_log(path: str | None):
     if path is None:
         return None
-    try:
-        return open(path, "a", buffering=1, encoding="utf-8")
+    try:  # never through a final link: one planted at runs/<id>/steps.jsonl would be written
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o666)
     except OSError as exc:
-        raise UsageError(f"cannot open --log {path}: {exc.strerror}") from None
+        why = "a symbolic link" if os.path.islink(path) else exc.strerror
+        raise UsageError(f"cannot open --log {path}: {why}") from None
+    return os.fdopen(fd, "a", buffering=1, encoding="utf-8")
 
 
 def cmd_train(args) -> int:

@@ -90,21 +90,25 @@ def check_stat(path: Path, st: os.stat_result, what: str, *,
     return st
 
 
-def open_regular(path: Path, *, what: str = "file") -> tuple[int, os.stat_result]:
-    """(a read-only fd, its fstat) of a regular file, never following a final symbolic link
-    and never blocking on a FIFO or a device; else NotOurs (one line). The caller closes it."""
+def open_regular(path: Path, flags: int = os.O_RDONLY, *, mode: int = 0o600,
+                 what: str = "file") -> int:
+    """An fd of the regular file at ``path`` (made with ``mode`` under ``os.O_CREAT``),
+    opened without following a final symbolic link and without blocking on a FIFO or a
+    device; NotOurs (one line) for anything else. The daemon opens every file under a run's
+    folder so: a link planted there would have it write, or read out, another file."""
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
         if os.path.islink(path):
-            raise NotOurs(f"{path}: a symbolic link, not a {what}") from None
+            raise NotOurs(f"{path}: a symbolic link, not a {what}: remove it") from None
         raise NotOurs(f"{path}: {exc.strerror}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise NotOurs(f"{path}: not a regular file (a {_kind(st.st_mode)})")
-    return fd, st
+    os.set_blocking(fd, True)
+    return fd
 
 
 def read_regular(path: Path, *, max_bytes: int, what: str = "file",
@@ -112,8 +116,9 @@ def read_regular(path: Path, *, max_bytes: int, what: str = "file",
     """The bytes of a regular file (``open_regular``), never more than ``max_bytes``; with
     ``private``, only a file check_private allows. Else NotOurs (one line)."""
     path = Path(path)
-    fd, st = open_regular(path, what=what)
+    fd = open_regular(path, what=what)
     try:
+        st = os.fstat(fd)
         if private:
             check_stat(path, st, what)
         if st.st_size > max_bytes:

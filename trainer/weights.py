@@ -267,7 +267,7 @@ def file_digest(path: Path, kind: str = SHA256, chunk: int = 16 << 20, *,
     """
     if follow_symlinks:
         path = Path(os.path.realpath(path))
-    fd, _ = ownership.open_regular(path)
+    fd = ownership.open_regular(path)
     try:
         return fd_digest(fd, kind, chunk)
     finally:

@@ -22,6 +22,9 @@ class Outcome:
     #: A REQUEUE after a transient failure: the ``retry`` event's message and data, which
     #: the scheduler stores (daemon/launchers/retry.py, ``Verdict.event``).
     retry: dict | None = None
+    #: When the run ended, where the launcher saw it end before the tick that records it
+    #: (a log read to its end over several ticks); None: the recording tick's time.
+    ended: float | None = None
 
 
 class Launcher(Protocol):

@@ -16,6 +16,7 @@ file, or wait for it to show); lock free means none does, and none will.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import os
@@ -38,23 +39,30 @@ from daemon.run.ingest import Ingest
 from daemon.run.spec import output_dir, trainer_argv
 from daemon.store import RUNNING, Store
 from trainer import records
+from trainer.ownership import NotOurs, open_regular
 from trainer.records import LineSplitter
 
 OUTPUT_LOG = "output.log"  # the trainer's stdout and stderr: what ingest follows
 STEP_LOG = "steps.jsonl"  # the trainer's own copy of its records (--log)
 TRAINER_LOCK = "trainer.lock"  # flock-held by the run's trainer for as long as it lives
-READ_CHUNK = 4 << 20
 TAIL_LINES = 20
+#: What one follow reads of a run's log at most: a trainer that writes faster is read on
+#: in the next ticks, so that every tick ends and acts on cancels and deadlines (issue 36:
+#: a trainer writing 10,000 lines a second held the daemon in one tick). The time is
+#: also at most half a tick; chunks are small enough to stop close to it.
+READ_BUDGET_BYTES = 8 << 20
+READ_BUDGET_S = 1.0
+READ_CHUNK = 256 << 10
 
 
 def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     """The last plain (non-record) lines of a log, for a failure's reason."""
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path, what="log"), "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 64 * 1024))
             text = f.read().decode("utf-8", errors="replace")
-    except OSError:
+    except (OSError, NotOurs):
         return ""
     plain = [line for line in text.splitlines()
              if line.strip() and isinstance(records.parse_line(line), records.LogLine)]
@@ -71,7 +79,10 @@ def _kept(end: dict) -> str:
 
 def take_trainer_lock(path: Path) -> int:
     """An fd holding the exclusive flock on ``path``; LaunchError if a trainer holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT, what="lock file")
+    except NotOurs as exc:
+        raise LaunchError(f"cannot lock the run: {exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -84,10 +95,9 @@ def take_trainer_lock(path: Path) -> int:
 
 def trainer_lock_held(path: Path) -> bool:
     """Whether a live process holds ``path``'s flock (False when there is no file)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return False
+    fd = open_regular(path, what="lock file")  # NotOurs for a link: following it fails
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -140,6 +150,9 @@ class LocalLauncher:
         self._killed: set[int] = set()
         self._timed_out: set[int] = set()
         self._waiting: set[int] = set()  # claimed runs whose trainer holds its lock, unseen
+        #: When each run was first seen ended while its log was still being read to its end.
+        self._ended_at: dict[int, float] = {}
+        self._read_budget_s = min(READ_BUDGET_S, config.daemon.tick / 2)
 
     # --- gates ---------------------------------------------------------------
 
@@ -177,17 +190,25 @@ class LocalLauncher:
         env = {k: v for k, v in os.environ.items() if k != faults.ENV}
         env["PYTHONUNBUFFERED"] = "1"
         lock = take_trainer_lock(run_dir / TRAINER_LOCK)
-        offset = output.stat().st_size if output.exists() else 0
         child = None
         try:
-            with open(output, "ab") as out:
+            # The trainer's own copy of its records, made here: a link or a FIFO planted
+            # in its place refuses the launch, and the trainer appends to this file.
+            os.close(open_regular(run_dir / STEP_LOG, os.O_WRONLY | os.O_CREAT, what="log"))
+            out = open_regular(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="log")
+            try:
+                offset = os.fstat(out).st_size
                 # pass_fds: the child inherits the locked file before it exists as
                 # a trainer, so no instant has a trainer that the lock does not name.
                 child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
                                          env=env, close_fds=True, pass_fds=(lock,))
+            finally:
+                os.close(out)
             process = psutil.Process(child.pid)
             started = process.create_time()
+        except NotOurs as exc:
+            raise LaunchError(f"cannot start the trainer: {exc}") from None
         except (OSError, psutil.Error) as exc:
             if child is not None:  # it must not run on while the run is failed
                 child.kill()
@@ -206,24 +227,34 @@ class LocalLauncher:
 
     # --- follow --------------------------------------------------------------
 
-    def _read_new(self, run: dict) -> None:
+    def _read_new(self, run: dict) -> bool:
+        """Ingest the log from the stored offset, at most READ_BUDGET_BYTES and the read's
+        time budget; whether it read to the end (a missing log has no more to read)."""
         path = run.get("log_path")
-        if not path:
-            return
+        if not path or not os.path.lexists(path):
+            return True
         splitter = LineSplitter(run.get("log_offset") or 0)
+        until = time.monotonic() + self._read_budget_s
+        read, at_end = 0, False
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(open_regular(Path(path), what="log"), "rb") as f:
                 f.seek(splitter.offset)
-                while chunk := f.read(READ_CHUNK):
+                while read < READ_BUDGET_BYTES and time.monotonic() < until:
+                    chunk = f.read(min(READ_CHUNK, READ_BUDGET_BYTES - read))
+                    if not chunk:
+                        at_end = True
+                        break
+                    read += len(chunk)
                     lines = splitter.feed(chunk)
                     if lines:
                         self.ingest.feed(run["id"], lines)
                     # Store the offset only after the lines are stored: a crash in
                     # between re-reads them, and ingest ignores what it already has.
                     self.store.update_run(run["id"], log_offset=splitter.offset)
-        except FileNotFoundError:
-            return
+        except NotOurs as exc:
+            raise LaunchError(f"cannot read the run's log: {exc}") from None
         run["log_offset"] = splitter.offset
+        return at_end
 
     def _alive(self, run: dict) -> bool:
         child = self._children.get(run["id"])
@@ -245,22 +276,38 @@ class LocalLauncher:
             outcome = self._find_unrecorded(run)
             if outcome is not None or not run.get("pid"):
                 return outcome
-        self._read_new(run)
-        if self._alive(run):
-            self._enforce_deadline(run)
-            self._escalate_stop(run)
+        if run_id not in self._ended_at:
+            self._read_new(run)
+            if self._alive(run):
+                self._enforce_deadline(run)
+                self._escalate_stop(run)
+                return None
+        # It ended: stamped now, though its log may take more ticks to read to the end.
+        ended = self._ended_at.setdefault(run_id, self.clock())
+        if not self._read_new(run):  # whatever it wrote between the read and its exit
             return None
-        self._read_new(run)  # whatever it wrote between the read and its exit
         child = self._children.pop(run_id, None)
         self._processes.pop(run_id, None)
         exit_code = child.returncode if child is not None else None
-        return self._outcome(run, exit_code)
+        return self._ended(run, self._outcome(run, exit_code), ended)
 
-    def _end_record(self, run: dict) -> dict | None:
-        """This attempt's end record: not one an earlier try of a retried run wrote."""
+    def _end_event(self, run: dict) -> dict | None:
+        """This attempt's end record's event: not one an earlier try of a retried run wrote."""
         ends = [e for e in self.store.events(run_id=run["id"], kinds=["end"])
                 if e["time"] >= (run.get("started") or 0) - 1.0]
-        return (ends[-1].get("data") or {}) if ends else None
+        return ends[-1] if ends else None
+
+    def _end_record(self, run: dict) -> dict | None:
+        end = self._end_event(run)
+        return (end.get("data") or {}) if end is not None else None
+
+    def _ended(self, run: dict, outcome: Outcome, seen: float) -> Outcome:
+        """The outcome stamped with when the run ended: its end record's time, else when
+        it was first seen ended (a log read to its end later does not move it)."""
+        self._ended_at.pop(run["id"], None)
+        end = self._end_event(run)
+        when = end["time"] if end is not None and end["time"] <= seen else seen
+        return dataclasses.replace(outcome, ended=when)
 
     def _outcome(self, run: dict, exit_code: int | None) -> Outcome:
         run_id = run["id"]
@@ -339,6 +386,7 @@ class LocalLauncher:
                                  f"{run['pid']}: the daemon cannot follow the run")
         child = self._children.pop(run["id"], None)
         self._processes.pop(run["id"], None)
+        self._ended_at.pop(run["id"], None)
         if child is not None:
             try:
                 child.wait(timeout=5)  # reap it, so no zombie counts as a device holder
@@ -380,8 +428,15 @@ class LocalLauncher:
             self.store.add_event(run["id"], "adopt", f"daemon restarted; adopted pid {run['pid']}"
                                  f" at log offset {run.get('log_offset') or 0}")
             return None
-        self._read_new(run)
-        return self._outcome(run, None)
+        return self._judge_ended(run)
+
+    def _judge_ended(self, run: dict) -> Outcome | None:
+        """A run whose trainer ended while no daemon watched: its outcome once its log is
+        read to the end; until then follow() reads on (its process is gone)."""
+        ended = self._ended_at.setdefault(run["id"], self.clock())
+        if not self._read_new(run):
+            return None
+        return self._ended(run, self._outcome(run, None), ended)
 
     def _find_unrecorded(self, run: dict) -> Outcome | None:
         """The daemon died after claiming the run and before storing its trainer's pid.
@@ -425,8 +480,7 @@ class LocalLauncher:
             return Outcome(REQUEUE, "the daemon stopped before the trainer started")
         run["log_path"] = str(output)
         self.store.update_run(run_id, log_path=str(output))
-        self._read_new(run)
-        return self._outcome(run, None)
+        return self._judge_ended(run)
 
     def startup(self) -> None:
         return None

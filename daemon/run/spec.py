@@ -132,6 +132,10 @@ def validate(options: dict) -> dict:
     if config.get("name") is not None and not _NAME.match(config["name"]):
         raise BadInput(f"--name {config['name']!r}: use letters, digits, '.', '_' or '-' "
                        f"(at most 63, starting with a letter or digit)")
+    if config.get("name") is not None and config["name"].isdigit():
+        # A run is referred to by id or name, and digits are read as an id (store/codec.py).
+        raise BadInput(f"--name {config['name']!r}: a name of digits only reads as a run id; "
+                       f"add a letter (run-{config['name']})")
     if config.get("node") is not None and not _NODE.match(config["node"]):
         raise BadInput(f"--node {config['node']!r}: not a Kubernetes node name (lower-case "
                        f"letters, digits, '-' and '.')")

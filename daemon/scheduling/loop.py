@@ -9,6 +9,7 @@ stored as an event; it never ends the loop.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import gc
 import logging
@@ -47,7 +48,7 @@ class DaemonLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -98,6 +99,9 @@ class Daemon:
         self.compactor = Compactor(store, full_resolution_days=config.daemon.full_resolution_days,
                                    every=config.daemon.compact_every)
         self._follow_failures: dict[int, int] = {}
+        #: Ends the store refused (a full disk): (run, outcome with its time) by run, stored
+        #: at a later tick, or judged again by the next daemon from what the run left.
+        self._unstored: dict[int, tuple[dict, Outcome]] = {}
         self.cards = CardSampler(store, every=config.daemon.card_sample_s, reader=card_reader)
         self._to_seal: list[int] = []  # finished runs left unsealed, sealed one per tick
         self._estimates = EstimateRecorder()
@@ -208,6 +212,11 @@ class Daemon:
         reason = self.stop_reason or "stopped"
         was_active, self._active = self._active, False
         try:
+            self._store_held_ends()
+            for run, outcome in self._unstored.values():
+                log.error("run %s's end (%s) is not stored: the next daemon judges the run "
+                          "again from what it left (its log, its Job)", run["id"],
+                          outcome.status)
             self.notifications.close()  # the calls queued so far, each bounded
             if was_active or self.leader is None:  # a standby never owned the daemon row
                 self.store.daemon_stopped(reason, now=self.clock())
@@ -278,8 +287,12 @@ class Daemon:
 
         # 2. Follow what runs; it may finish now. The launcher may look at every run at
         # once (k8s: list calls whatever their number), for the follows and the gate check.
+        # An end the store refused before goes in first; its run is not followed again.
+        self._store_held_ends()
         with self._look(active):
             for run in active:
+                if run["id"] in self._unstored:
+                    continue
                 outcome = self._follow_guarded(run, now)
                 if outcome is not None:
                     self._record(run, outcome, now=now)
@@ -429,14 +442,33 @@ class Daemon:
                                      data=outcome.retry["data"], now=now)
             return
         assert outcome.status in FINISHED, outcome
-        self.store.finish_run(run["id"], outcome.status, reason=outcome.reason,
-                              exit_code=outcome.exit_code, now=now)
+        now = outcome.ended if outcome.ended is not None else now  # when it ended, not later
+        try:
+            self.store.finish_run(run["id"], outcome.status, reason=outcome.reason,
+                                  exit_code=outcome.exit_code, now=now)
+        except sqlite3.OperationalError as exc:  # a full disk: keep the end, and its reason
+            self._hold_end(run, outcome, now, exc)
+            return
+        self._unstored.pop(run["id"], None)
         self._seal(run["id"])
         first_line = (outcome.reason or "").splitlines()[0] if outcome.reason else ""
         self.store.add_event(run["id"], "finished",
                              outcome.status + (f": {first_line}" if first_line else ""), now=now)
         log.info("run %s %s %s", run["id"], outcome.status, first_line)
         self._notify("ended", run, outcome.status, outcome.reason, now)
+
+    def _hold_end(self, run: dict, outcome: Outcome, now: float | None, exc) -> None:
+        """Keep a run's end in memory while the store refuses it; said once in the log."""
+        if run["id"] not in self._unstored:
+            log.error("run %s ended %s, but the store refused its end (%s): kept until the "
+                      "store takes it", run["id"], outcome.status, exc)
+        ended = now if now is not None else self.clock()
+        self._unstored[run["id"]] = (run, dataclasses.replace(outcome, ended=ended))
+
+    def _store_held_ends(self) -> None:
+        """Store the ends the store refused before (each is held again if it still refuses)."""
+        for run, outcome in list(self._unstored.values()):
+            self._record(run, outcome)
 
     def _ended_at_the_gate(self, head: dict, now: float) -> None:
         """A launcher may fail a queued run while gating it (k8s: a pre-pull not retried)."""

@@ -4,8 +4,10 @@ The scheduler calls ``Notifications.started / ended / gates_checked`` (one
 line each); they store a ``notify`` event at once (the TUI rings on it) and,
 when the run has a notifier command, hand the call to one worker thread. The
 worker writes the run's note first (for an end), then runs the command with
-``[notify] timeout``; a command that hangs is killed with its process group, one
-that is missing or fails is a ``notify_failed`` event. Nothing here can block
+``[notify] timeout`` under a keeper (notify_session.py) that ends, at the timeout,
+everything the command started, ``setsid`` children included; one that is missing
+or fails is a ``notify_failed`` event, with the last line of the bounded tail of its
+stderr. Nothing here can block
 a tick: the tick only queues, and the worker talks to the store through its
 own connection. See docs/design.md, "Notifications".
 """
@@ -20,6 +22,7 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -47,6 +50,8 @@ FIELDS = {
     "blocked_s": "RNGDCTL_BLOCKED_S",
 }
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+#: What a notifier's words and output may not carry: NUL and the other control characters.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 STDERR_KEPT = 300  # characters of a failed notifier's stderr kept in its event
 
 
@@ -94,12 +99,14 @@ class Notice:
         def text(x) -> str:
             if x is None:
                 return ""
-            return f"{x:.6g}" if isinstance(x, float) else str(x)
+            # No NUL (no argument or environment can hold one) nor any control character.
+            return _CONTROL.sub("", f"{x:.6g}" if isinstance(x, float) else str(x))
 
         first = (self.reason or "").splitlines()[0] if self.reason else ""
         return {"event": self.on, "id": str(self.run_id), "status": self.status,
                 "name": text(self.name), "median_step_s": text(self.median_step_s),
-                "note": text(self.note), "reason": first, "blocked_s": text(self.blocked_s)}
+                "note": text(self.note), "reason": text(first),
+                "blocked_s": text(self.blocked_s)}
 
     def message(self) -> str:
         who = f"run {self.run_id}" + (f" ({self.name})" if self.name else "")
@@ -124,42 +131,90 @@ def environment(notice: Notice, base: dict[str, str] | None = None) -> dict[str,
     return env
 
 
+#: The keeper each notifier runs under (notify_session.py: it ends the whole session).
+KEEPER = str(Path(__file__).with_name("notify_session.py"))
+#: Bytes of a notifier's stderr kept, the last ones: it is read as it comes, never whole.
+STDERR_TAIL_BYTES = 4096
+#: Seconds past the timeout that the keeper gets to end what the notifier started.
+KEEPER_GRACE_S = 10.0
+
+
 def call(argv: list[str], env: dict[str, str], timeout: float) -> str | None:
     """Run the notifier to its end or ``timeout``; None if it succeeded, else why not.
 
-    Own session: a timed-out notifier is killed with everything it started, so a
-    child holding its stderr open cannot keep us waiting either.
+    It runs under a keeper (notify_session.py) in a session of its own: at the
+    timeout the keeper kills everything the notifier started, even what left its
+    session. Of its stderr only the last STDERR_TAIL_BYTES are kept, read as they
+    come, so no notifier can fill the daemon's memory.
     """
     try:
-        child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 start_new_session=True, close_fds=True)
-    except FileNotFoundError:
-        return f"{argv[0]}: command not found"
-    except PermissionError:
-        return f"{argv[0]}: permission denied (not executable?)"
-    except OSError as exc:
-        return f"{argv[0]}: cannot run: {exc.strerror or exc}"
-    try:
-        _, err = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+        keeper = subprocess.Popen([sys.executable, "-I", "-S", KEEPER, f"{timeout!r}", *argv],
+                                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True,
+                                  close_fds=True)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in a word of the command
+        return f"{argv[0]}: cannot run: {getattr(exc, 'strerror', None) or exc}"
+    result, err = _read_tails(keeper, time.monotonic() + timeout + KEEPER_GRACE_S)
+    if keeper.poll() is None:  # the keeper itself hung: end its whole session
         try:
-            os.killpg(child.pid, signal.SIGKILL)
+            os.killpg(keeper.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        try:
-            child.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # a grandchild left its own group with our pipe
-            child.kill()
-            child.wait()
+    keeper.wait()
+    return _why(argv, timeout, result, err)
+
+
+def _read_tails(keeper: subprocess.Popen, until: float) -> tuple[bytes, bytes]:
+    """The keeper's stdout (its one line) and the last bytes of the notifier's stderr,
+    read until both end or ``until``."""
+    import selectors
+
+    kept = {keeper.stdout: bytearray(), keeper.stderr: bytearray()}
+    with selectors.DefaultSelector() as selector:
+        for pipe in kept:
+            selector.register(pipe, selectors.EVENT_READ)
+        while selector.get_map() and (left := until - time.monotonic()) > 0:
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                tail = kept[key.fileobj]
+                tail += chunk
+                del tail[:-STDERR_TAIL_BYTES]
+    for pipe in kept:
+        pipe.close()
+    return bytes(kept[keeper.stdout]), bytes(kept[keeper.stderr])
+
+
+def _why(argv: list[str], timeout: float, result: bytes, err: bytes) -> str | None:
+    """What went wrong, from the keeper's line and the stderr's tail; None for success."""
+    import json
+
+    try:
+        ended = json.loads(result.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"timed out after {timeout:g} s (killed)"  # the keeper was killed itself
+    if ended.get("leftovers"):
+        log.info("notifier %s left %d processes; ended at the timeout", argv[0],
+                 ended["leftovers"])
+    if ended.get("error") == "not_found":
+        return f"{argv[0]}: command not found"
+    if ended.get("error") == "permission":
+        return f"{argv[0]}: permission denied (not executable?)"
+    if ended.get("error"):
+        return f"{argv[0]}: cannot run: {ended['error']}"
+    if ended.get("timeout"):
         return f"timed out after {timeout:g} s (killed)"
-    if child.returncode != 0:
-        tail = (err or b"").decode("utf-8", "replace").strip()[-STDERR_KEPT:]
-        last = tail.splitlines()[-1] if tail else ""
-        how = (f"killed by signal {-child.returncode}" if child.returncode < 0
-               else f"exit code {child.returncode}")
-        return how + (f": {last}" if last else "")
-    return None
+    if ended.get("signal"):
+        how = f"killed by signal {ended['signal']}"
+    elif ended.get("exit"):
+        how = f"exit code {ended['exit']}"
+    else:
+        return None
+    text = _CONTROL.sub("", err.decode("utf-8", "replace")).strip()[-STDERR_KEPT:]
+    last = text.splitlines()[-1].strip() if text else ""
+    return how + (f": {last}" if last else "")
 
 
 @dataclass

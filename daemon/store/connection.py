@@ -16,7 +16,7 @@ from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 
 def _prepare_file(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # a home made here is private
     if not path.exists():
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
         os.close(fd)

@@ -140,6 +140,9 @@ class Runs(Connection):
     def finish_run(self, run_id: int, status: str, *, reason: str | None = None,
                    exit_code: int | None = None, now: float | None = None) -> None:
         assert status in FINISHED, status
+        from daemon import faults  # here: `submit` and `runs` never end a run
+
+        faults.store_full()
         self.update_run(run_id, status=status, exit_reason=reason, exit_code=exit_code,
                         ended=time.time() if now is None else now)
         self._settle_estimate(run_id)

@@ -17,6 +17,7 @@ from rngdctl.export.words import (
     _get,
     _md,
     _span,
+    code,
     describe_placement,
     describe_recipe,
     load_span,
@@ -66,14 +67,14 @@ def _one_or_each(reports: list[RunReport], value) -> str:
     values = [value(r) for r in reports]
     if len(set(values)) == 1:
         return values[0]
-    return "; ".join(f"{r.label}: {v}" for r, v in zip(reports, values))
+    return "; ".join(f"{_md(r.label)}: {v}" for r, v in zip(reports, values))
 
 
 def _code(report: RunReport) -> str:
     git = report.run.get("git")
     versions = report.run.get("versions") or {}
-    parts = [f"git {git[:12]}" if git else "git commit not recorded"]
-    parts += [f"{name} {version}" for name, version in sorted(versions.items())]
+    parts = [f"git {_md(git[:12])}" if git else "git commit not recorded"]
+    parts += [f"{_md(name)} {_md(version)}" for name, version in sorted(versions.items())]
     return ", ".join(parts)
 
 
@@ -95,21 +96,21 @@ def job_launched(report: RunReport) -> dict | None:
 
 def _hardware(report: RunReport) -> str:
     run = report.run
-    parts = [f"backend {_get(report.config, 'backend', default=_DASH)}"]
+    parts = [f"backend {_md(_get(report.config, 'backend', default=_DASH))}"]
     if run.get("node"):
-        parts.append(f"node {run['node']}")
+        parts.append(f"node {_md(run['node'])}")
     if run.get("host"):
-        parts.append(f"host {run['host']}")
+        parts.append(f"host {_md(run['host'])}")
     if run.get("launcher") == "k8s":
         job = job_launched(report) or {}
         image = job.get("image") or _get(report.config, "image") or (
             report.k8s.image if report.k8s else None)
         if image:
-            parts.append(f"image {image}")
-        parts.append(f"image digest {run['image_digest']}" if run.get("image_digest")
+            parts.append(f"image {_md(image)}")
+        parts.append(f"image digest {_md(run['image_digest'])}" if run.get("image_digest")
                      else "image digest not recorded")
     elif run.get("image_digest"):
-        parts.append(f"image digest {run['image_digest']}")
+        parts.append(f"image digest {_md(run['image_digest'])}")
     else:
         parts.append("no image digest (not a container run)")
     return ", ".join(parts)
@@ -123,8 +124,8 @@ def _launch(report: RunReport) -> str:
         job = job_launched(report)
         if job is not None:
             # What the Job really had, stored when it was created.
-            how += f"Job {job.get('namespace') or '?'}/{job['job']}"
-            how += f" on node {job['node']}" if job.get("node") else ""
+            how += f"Job {_md(job.get('namespace') or '?')}/{_md(job['job'])}"
+            how += f" on node {_md(job['node'])}" if job.get("node") else ""
             deadline_s, ttl = job.get("activeDeadlineSeconds"), job.get("ttlSecondsAfterFinished")
             how += f", activeDeadlineSeconds {deadline_s if deadline_s is not None else 'unset'}"
             how += f", ttlSecondsAfterFinished {ttl if ttl is not None else 'unset'}"
@@ -143,7 +144,7 @@ def _launch(report: RunReport) -> str:
     if launcher == "local":
         how = "the local launcher, the trainer as a child process, one run at a time"
     elif launcher:
-        how = f"the {launcher} launcher, one run at a time"
+        how = f"the {_md(launcher)} launcher, one run at a time"
     else:
         how = "never launched"
     how += f", deadline {deadline} s" if deadline else ", no deadline"
@@ -198,7 +199,7 @@ def _outcome(report: RunReport) -> str:
     status = run["status"]
     parts.append("OOM" if status == OOM else "no OOM")
     if status not in (DONE, OOM):
-        reason = f": {run['exit_reason']}" if run.get("exit_reason") else ""
+        reason = f": {_md(run['exit_reason'])}" if run.get("exit_reason") else ""
         parts.append(f"status {status}{reason}")
     parts.append(_attempts(run.get("attempts")))
     line = ", ".join(parts) + "."
@@ -306,29 +307,30 @@ def _output_lines(report: RunReport) -> list[str]:
     what = output.FORMAT_WORDS.get(model.format, model.format)
     if model.ours:
         size = f", {output.size_words(model.bytes)}" if model.bytes is not None else ""
-        lines = [(f"Model: saved to `{model.path}` ({what}{size}). Load it with "
-                  f"`{model.load_line()}`.")]
+        lines = [(f"Model: saved to {code(model.path)} ({what}{size}). Load it with "
+                  f"{code(model.load_line())}.")]
     elif model.written:  # no load line: what is there now is not this run's model
-        lines = [(f"Model: saved to `{model.path}` ({what}), now "
-                  f"{output.state_words(model)}.")]
+        lines = [(f"Model: saved to {code(model.path)} ({what}), now "
+                  f"{_md(output.state_words(model))}.")]
     elif report.run["status"] in FINISHED:
-        lines = [f"Model: not written; its folder was `{model.path}`."]
+        lines = [f"Model: not written; its folder was {code(model.path)}."]
     else:
-        lines = [f"Model: not written yet; {what} go to `{model.path}` at the end of the run."]
+        lines = [(f"Model: not written yet; {what} go to {code(model.path)} at the end of the "
+                 f"run.")]
     if found.checkpoints:
         on_disk = sum(c.on_disk for c in found.checkpoints)
         line = (f"Checkpoints: {len(found.checkpoints)} written, {on_disk} still on disk seen "
                 f"from here")
         newest = found.newest_checkpoint()
         if newest is not None:
-            line += f"; the newest, step {newest.step}, is `{newest.path}`"
+            line += f"; the newest, step {newest.step}, is {code(newest.path)}"
         lines.append(line + ".")
     resumed = output.resumes_words(found)
     if resumed:
         again = found.steps_redone
         total = (f": {again} step{'s' if again != 1 else ''} trained twice in all"
                  if len(found.resumes) > 1 else "")
-        lines.append(f"{resumed[0].upper()}{resumed[1:]}{total}.")
+        lines.append(_md(f"{resumed[0].upper()}{resumed[1:]}{total}."))
     else:
         lines.append("It never resumed from a checkpoint.")
     return lines
@@ -438,7 +440,8 @@ def _run_section(report: RunReport, data_dir: str) -> list[str]:
              f"{describe_placement(report.config)}{total}"), ""]
     lines.append(f"- {_outcome(report)}")
     if not report.steps_done:  # export refuses a run with no steps at all: a baseline only
-        reason = f" ({report.run['exit_reason']})" if report.run.get("exit_reason") else ""
+        reason = f" ({_md(report.run['exit_reason'])})" if report.run.get("exit_reason") \
+            else ""
         lines.append(f"- Only the baseline pass stored steps: the run is "
                      f"{report.run['status']}{reason}, so there is no step time, drift or loss "
                      f"of the asked config to report.")
@@ -493,7 +496,7 @@ def render(reports: list[RunReport], *, slug: str, now: float) -> str:
         "## Verification", "",
         f"- Code: {_one_or_each(reports, _code)}.",
         f"- Hardware: {_one_or_each(reports, _hardware)}.",
-        f"- Recipe: {_one_or_each(reports, lambda r: describe_recipe(r.config))}.",
+        f"- Recipe: {_one_or_each(reports, lambda r: _md(describe_recipe(r.config)))}.",
         f"- Launch: {_one_or_each(reports, _launch)}.",
         f"- Pre-submit checks {_checks_line(reports)}",
         "",
@@ -506,7 +509,7 @@ def render(reports: list[RunReport], *, slug: str, now: float) -> str:
     lines += [
         "## Data", "",
         f"In [{data_dir}/]({data_dir}/):", "",
-        *[f"- `{r.slug}.jsonl`: {r.label}'s step log in the step-record contract "
+        *[f"- {code(r.slug + '.jsonl')}: {_md(r.label)}'s step log in the step-record contract "
           f"({len(r.passes)} start, {r.main.steps + r.baseline.steps} step, "
           + (f"{len(r.held_out.points)} eval, " if r.held_out.points else "")
           + f"{len(r.events)} event records)." for r in reports],

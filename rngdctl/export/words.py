@@ -6,6 +6,7 @@ Shared by ``collect`` (the step-model notes) and ``render`` (everything else).
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from rngdctl.units import DASH as _DASH
@@ -55,9 +56,30 @@ def _ago(seconds: float) -> str:
     return f"+{hours}h{m:02d}m"
 
 
-def _md(text: str) -> str:
-    """A value safe inside a markdown table cell or list item."""
-    return str(text).replace("|", "\\|").replace("\n", " ").strip()
+#: Line breaks and other control characters: a value's own would start a line of the note
+#: (a heading, a table row) where the note has none.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+#: What markdown reads inside a line: an escape, a code span, a cell's end, HTML.
+_INLINE = re.compile(r"([\\`|<])")
+_BACKTICKS = re.compile(r"`+")
+
+
+def _md(text) -> str:
+    """A value (a path, a name, a reason) as plain text inside one line of the note: a
+    table cell, a list item or a heading. Its line breaks become spaces and the characters
+    markdown reads are escaped, so it adds no heading, row or code span of its own."""
+    flat = _CONTROL.sub(" ", str(text)).strip()
+    flat = _INLINE.sub(r"\\\1", flat)
+    return "\\" + flat if flat.startswith(("#", ">", "-", "+", "*", "=")) else flat
+
+
+def code(text) -> str:
+    """A value as one code span: its line breaks as ``\\n``, fenced by more backticks than
+    any run of them inside it (a path or a line of Python, copied as it is)."""
+    flat = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text))
+    fence = "`" * (max((len(m) for m in _BACKTICKS.findall(flat)), default=0) + 1)
+    pad = " " if flat[:1] == "`" or flat[-1:] == "`" else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
 
 # === A config in words ======================================================
 

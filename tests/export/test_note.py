@@ -310,3 +310,30 @@ def test_an_attempt_begins_at_its_start_notice_stored_before_its_launch(store, r
     events = text.split("Events:\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert events[:2] == [f"- `+0s` notify: run {run} (r60) started",
                           "- `+1s` launch: started pid 4242"]
+
+
+# === values in the note's markdown (issue 36, item 12) ==========================
+
+
+def _structure(text: str) -> tuple[list[str], list[int]]:
+    """The note's headings, and the number of cells of each table row."""
+    lines = text.splitlines()
+    return ([line for line in lines if line.startswith("#")],
+            [line.replace("\\|", "").count("|") for line in lines if line.startswith("|")])
+
+
+def test_a_data_path_with_a_newline_and_a_pipe_leaves_the_notes_structure_unchanged(
+        store, recorded, tmp_path):
+    def note(data: str, reason: str, message: str, out: str) -> str:
+        run = recorded(drifting_steps(), config={"data": data}, status="failed", reason=reason,
+                       events=[("end", message), ("saved", f"model saved to {out}")])
+        return note_for(store, [run], tmp_path / data[-1])
+
+    plain = note("jsonl:/data/a.jsonl", "exit 1 and a line", "error: boom", "/m/a")
+    hostile = note("jsonl:/data/a\n# Injected | x | y |\n|---|---|\na.jsonl",
+                   "exit 1\n## Not a heading\n| not | a | row |",
+                   "error: `boom\n# Injected", "/m/a\n# b`")
+
+    assert _structure(hostile) == _structure(plain)
+    assert "jsonl:a # Injected \\| x \\| y \\| \\|---\\|---\\| a.jsonl, seed 0." in hostile
+    assert "status failed: exit 1 ## Not a heading \\| not \\| a \\| row \\|" in hostile

@@ -173,7 +173,10 @@ class Emulator(kmock.KubernetesEmulator):
                 continue
             out.append(f"{ts} {text}{end}" if request.params.get("timestamps") == "true"
                        else f"{text}{end}")
-        return aiohttp.web.Response(text="".join(out), content_type="text/plain")
+        body = "".join(out).encode()
+        if request.params.get("limitBytes"):  # the kubelet cuts the log there, mid-line too
+            body = body[:int(request.params["limitBytes"])]
+        return aiohttp.web.Response(body=body, content_type="text/plain")
 
 
 class Cluster:

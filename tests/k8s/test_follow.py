@@ -306,3 +306,36 @@ def test_the_daemon_stores_oom_and_timeout_as_the_runs_status(cluster, daemon, s
     end(cluster, store.run(run_id)["job_name"])
     assert daemon.tick(now=now).finished == (run_id, status)
     assert store.run(run_id)["status"] == status
+
+
+def test_a_log_written_faster_than_a_tick_reads_is_read_in_bounded_parts_each_line_once(
+        cluster, running, launcher, store, home):
+    from daemon.launchers.k8s.following import LOG_READ_BYTES
+
+    run_id, job = running()
+    pod = cluster.start_pod(job)
+    # 20,000 lines a second for two seconds, then a burst second larger than one read.
+    second = 20_000
+    stamped = [(f"2026-01-01T00:00:{2 + n // second:02d}.{n % second:06d}Z", step_line(n + 1))
+               for n in range(2 * second)]
+    stamped += [(f"2026-01-01T00:00:04.{n:06d}Z", step_line(2 * second + n + 1))
+                for n in range(2 * second)]
+    cluster.log(pod, [("2026-01-01T00:00:01Z", start_line(run_id)), *stamped,
+                      ("2026-01-01T00:00:05Z", end_line())])
+    cluster.set_pod(pod, phase="Succeeded", state={"terminated": {"exitCode": 0,
+                                                                  "reason": "Completed"}})
+    follows, outcome = 0, None
+    while outcome is None:
+        follows += 1
+        assert follows < 50
+        outcome = launcher.follow(store.run(run_id))
+        if follows == 1:  # one tick read only its part, and acted
+            assert 0 < store.step_counts(run_id)["main"] < len(stamped)
+
+    assert outcome.status == "done" and follows > 2
+    reads = [r for r in cluster.kmock.log_requests if r.get("limitBytes")]
+    assert len(reads) == len(cluster.kmock.log_requests)
+    assert int(reads[0]["limitBytes"]) == LOG_READ_BYTES
+    assert [s["step"] for s in store.steps(run_id)] == list(range(1, len(stamped) + 1))
+    saved = (home.run_dir(run_id) / "trainer.log").read_text().splitlines()
+    assert len(saved) == len(stamped) + 2

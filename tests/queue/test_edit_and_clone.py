@@ -164,3 +164,33 @@ def test_a_copys_number_fits_the_longest_name(store, queued):
     new, _ = clone_run(store, first, [])
 
     assert store.run(new)["name"] == "n" * 61 + "-2"
+
+
+# === a name of digits reads as a run id (issue 36, item 14) =====================
+
+
+@pytest.mark.parametrize("name", ["2", "007"])
+def test_a_name_of_digits_only_is_refused_at_submit(rngdctl, name):
+    code, out, err = rngdctl("submit", "--cards", "1", "--resident", "0", "--name", name)
+
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [(f"Error: --name '{name}': a name of digits only reads as a "
+                                f"run id; add a letter (run-{name})")]
+
+
+def test_a_name_of_digits_only_is_refused_at_edit_and_clone(store, queued):
+    run = queued(name="first")
+
+    with pytest.raises(BadInput, match="a name of digits only reads as a run id"):
+        edit_run(store, run, ["name=2"])
+    with pytest.raises(BadInput, match="a name of digits only reads as a run id"):
+        clone_run(store, run, ["name=12"])
+    assert store.run(run)["name"] == "first"
+
+
+def test_a_name_with_digits_and_a_letter_is_a_name(store, queued):
+    run = queued(name="first")
+
+    edit_run(store, run, ["name=2b"])
+
+    assert store.run("2b")["id"] == run

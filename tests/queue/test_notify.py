@@ -371,3 +371,59 @@ def test_the_real_daemon_notifies_a_real_runs_start_and_end_before_it_exits(
     assert float(env["RNGDCTL_MEDIAN_STEP_S"]) > 0
     with open(env["RNGDCTL_NOTE"]) as f:
         assert "8/8 steps" in f.read()
+
+
+# === a notifier's output and its session (issue 36, items 6 and 10) ================
+
+
+def test_a_notifier_writing_a_flood_of_stderr_keeps_the_daemons_memory_bounded():
+    # 256 MB of NULs on stderr, then exit 1: read in a fresh interpreter, whose peak
+    # resident memory (VmHWM: its own, not the one getrusage carries over from the parent
+    # across exec; the notifier's left out) must stay far below what it wrote.
+    probe = textwrap.dedent("""\
+        import os
+        from daemon.scheduling.notify import call
+        why = call(["sh", "-c", "head -c 268435456 /dev/zero >&2; printf 'bad\\\\000 end\\\\033[31m\\\\n' >&2; exit 1"],
+                   dict(os.environ), 60.0)
+        print(repr(why))
+        with open("/proc/self/status") as f:
+            print([line.split()[1] for line in f if line.startswith("VmHWM:")][0])  # kB
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.splitlines()
+
+    assert int(out[-1]) < 100_000  # kB: the interpreter and a 4 kB tail, not 256 MB
+    assert out[0] == repr("exit code 1: bad end[31m")  # no NUL, no escape character
+
+
+def test_a_notifiers_nul_and_control_characters_never_reach_its_event(make_daemon, store,
+                                                                       tmp_path):
+    command = ["sh", "-c", r"printf 'no\000 dis\033play\r\n' >&2; exit 2"]
+    daemon = make_daemon(f'command = {json.dumps(command)}\non = ["start"]\n')
+    run = store.add_run(CONFIG)
+
+    daemon.tick(now=1.0)
+    assert daemon.notifications.drain(timeout=60)
+
+    [event] = store.events(run_id=run, kinds=["notify_failed"])
+    assert event["data"]["why"] == "exit code 2: no display"
+
+
+@pytest.mark.parametrize("leaves", [
+    "setsid sleep 300 >/dev/null 2>&1 & echo $! > {pid}; sleep 300",  # then hangs
+    "setsid sleep 300 >/dev/null 2>&1 & echo $! > {pid}",  # then exits at once
+    '(setsid sh -c "sleep 300 & echo \\$! > {pid}; wait" &); sleep 300',  # a double fork
+])
+def test_a_setsid_grandchild_of_a_notifier_is_killed_at_the_timeout(tmp_path, leaves):
+    from daemon.scheduling.notify import call
+
+    pid_file = tmp_path / "pid"
+    began = time.monotonic()
+    call(["sh", "-c", leaves.format(pid=pid_file)], {"PATH": "/usr/bin:/bin"}, 1.0)
+
+    assert time.monotonic() - began < 1.0 + 5.0
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 2.0
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid)

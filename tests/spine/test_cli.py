@@ -71,7 +71,7 @@ def test_a_config_file_with_a_bad_value_is_one_line(rngdctl, home):
     home.config_path.write_text("[gates]\nload_max = 'high'\n")
     code, _, err = rngdctl("gates")
     assert code == 2
-    assert err == "Error: config.toml: [gates] load_max must be float, got 'high'\n"
+    assert err == f"Error: {home.config_path}: [gates] load_max must be float, got 'high'\n"
 
 
 def test_the_home_option_works_after_the_command_too(tmp_path):

@@ -320,13 +320,16 @@ class K8sClient:
         return found is not None
 
     def pod_log(self, namespace: str, name: str, *, since_time: str | None = None,
-                container: str | None = None) -> str | None:
-        """The pod's log with RFC 3339 timestamps, from ``since_time`` (whole seconds) on."""
+                container: str | None = None, limit_bytes: int | None = None) -> str | None:
+        """The pod's log with RFC 3339 timestamps, from ``since_time`` (whole seconds) on,
+        at most ``limit_bytes`` of it (cut here too when a server does not)."""
         query = [("timestamps", "true")]
         if since_time:
             query.append(("sinceTime", since_time))
         if container:
             query.append(("container", container))
+        if limit_bytes:
+            query.append(("limitBytes", str(limit_bytes)))
         body = self._request("pod_log", "GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log",
                              query=query, text=True, absent_ok=True)
         if body and body.startswith('"') and body.endswith('"'):
@@ -335,6 +338,10 @@ class K8sClient:
                 body = json.loads(body)
             except ValueError:
                 pass
+        if body and limit_bytes and len(body) > limit_bytes // 4:
+            data = body.encode("utf-8", errors="surrogateescape")
+            if len(data) > limit_bytes:
+                body = data[:limit_bytes].decode("utf-8", errors="replace")
         return body
 
     # --- every node at once (agents) ------------------------------------------

@@ -18,6 +18,7 @@ A tick's look (``look``) costs list calls whatever the number of runs followed
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
 
 from daemon.gates import nodes
@@ -26,9 +27,16 @@ from daemon.launchers.k8s import cluster, jobspec
 from daemon.launchers.k8s.client import K8sRejected
 from daemon.launchers.k8s.logs import LogCursor
 from daemon.store import CANCELLED, DONE, FAILED
+from trainer.ownership import open_regular
 
 #: Our Jobs and pods (pre-pull pods too: they carry no run's Job label, and are left out).
 OURS = {jobspec.MANAGED_BY: jobspec.MANAGER}
+#: What one tick reads of a pod's log at most (``limitBytes``): a trainer that writes
+#: faster is read on in the next ticks, so that every tick ends and acts on cancels and
+#: deadlines. A read resumes at its last line's whole second (logs.py): a second of log
+#: past the limit doubles the run's limit, up to the largest, then is read whole.
+LOG_READ_BYTES = 2 << 20
+LOG_READ_MAX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -185,10 +193,13 @@ class FollowMixin:
             return self._end_attempt(run, name, [view.name], Outcome(
                 FAILED, f"{view.waiting}: {view.waiting_message or ''}".strip()))
 
-        # 5. The container ran: its node and image digest, the new log lines.
+        # 5. The container ran: its node and image digest, the new log lines. An ended
+        # container's log is read to its end, over several ticks if need be, before its end.
         if view is not None and view.started:
             self._note_pod(run, view)
-            self._read_log(run, view.name, stage, final=view.finished)
+            if not self._read_log(run, view.name, stage, final=view.finished) \
+                    and view.finished:
+                return None
 
         # 6. Ended? The pod's state first, then the Job's conditions (a pod that simply
         # runs cannot have ended, and one that ended says how: the Job was not listed).
@@ -221,23 +232,34 @@ class FollowMixin:
         if view.node and view.image_id:  # the image is on the node as this digest
             self.state.update_image(view.node, self._image(run), digest=view.image_id)
 
-    def _read_log(self, run: dict, pod_name: str, stage: str, *, final: bool = False) -> None:
-        """New log lines since the cursor: fed to ingest, appended to the run's saved log."""
+    def _read_log(self, run: dict, pod_name: str, stage: str, *, final: bool = False) -> bool:
+        """New log lines since the cursor, at most the run's read limit of them: fed to
+        ingest, appended to the run's saved log. Whether the read reached the log's end."""
         run_id = run["id"]
         cursor = LogCursor(run.get("log_since"), int(run.get("log_offset") or 0))
+        limit = self._log_limits.get(run_id, LOG_READ_BYTES)
         try:
             body = self.client.pod_log(self.ns, pod_name, since_time=cursor.since_time,
-                                       container=jobspec.CONTAINER)
+                                       container=jobspec.CONTAINER, limit_bytes=limit)
         except K8sRejected as exc:
             if exc.status == 400:  # the container is not up yet, or already gone
-                return
+                return True
             raise
-        lines = cursor.take(body or "", final=final)
+        cut = limit is not None and len((body or "").encode("utf-8", "replace")) >= limit
+        lines = cursor.take(body or "", final=final and not cut)
+        if cut and not lines:
+            # The read began at the cursor's whole second and its lines filled the limit:
+            # the next read takes twice as much, and at last the rest at once.
+            grown = 2 * limit
+            self._log_limits[run_id] = grown if grown <= LOG_READ_MAX_BYTES else None
+        elif not cut:
+            self._log_limits.pop(run_id, None)
         if not lines:
-            return
+            return not cut
         log_file = self.home.run_dir(run_id) / ("compile.log" if stage == jobspec.COMPILE
                                                 else "trainer.log")
-        with open(log_file, "a", encoding="utf-8") as fh:
+        fd = open_regular(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="log")
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:  # never through a planted link
             fh.write("".join(line + "\n" for line in lines))
         fed = self.ingest.feed(run_id, lines)
         if fed.end is not None:
@@ -247,3 +269,4 @@ class FollowMixin:
             self.state.update_run(run_id, checked=True)  # the trainer holds its cards and steps
         self.store.update_run(run_id, log_since=cursor.last, log_offset=cursor.taken_at_last)
         run.update(log_since=cursor.last, log_offset=cursor.taken_at_last)
+        return not cut

@@ -74,25 +74,28 @@ def _env(k8s, run_id: int) -> list[dict]:
     return env
 
 
-def volumes(k8s) -> tuple[list[dict], list[dict]]:
+def volumes(k8s, *, where: str = "config.toml: [k8s]") -> tuple[list[dict], list[dict]]:
     """``[k8s] volumes`` entries into (pod volumes, container mounts).
 
     Each entry is a table: ``name``, ``mount`` (path in the container), one of
-    ``host_path`` or ``pvc`` (a claim name), and optional ``read_only``.
+    ``host_path`` or ``pvc`` (a claim name), and optional ``read_only``. Also called
+    when the config is read (daemon/home.py), with ``where`` naming the file.
     """
     pod_volumes, mounts = [], []
+    if k8s.volumes is not None and not isinstance(k8s.volumes, list):
+        raise ConfigError(f"{where} volumes must be a list of tables")
     for i, entry in enumerate(k8s.volumes or []):
-        where = f"config.toml: [k8s] volumes[{i}]"
+        where_i = f"{where} volumes[{i}]"
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where} must be a table with name, mount and host_path or pvc")
+            raise ConfigError(f"{where_i} must be a table with name, mount and host_path or pvc")
         name, mount = entry.get("name"), entry.get("mount")
         if not name or not mount:
-            raise ConfigError(f"{where} needs a name and a mount path")
+            raise ConfigError(f"{where_i} needs a name and a mount path")
         if bool(entry.get("host_path")) == bool(entry.get("pvc")):
-            raise ConfigError(f"{where} needs exactly one of host_path or pvc")
+            raise ConfigError(f"{where_i} needs exactly one of host_path or pvc")
         unknown = set(entry) - {"name", "mount", "host_path", "pvc", "read_only"}
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+            raise ConfigError(f"{where_i}: unknown key(s) {', '.join(sorted(unknown))}")
         vname = dns_name(str(name))
         if entry.get("host_path"):
             source = {"hostPath": {"path": str(entry["host_path"])}}

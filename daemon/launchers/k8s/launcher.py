@@ -61,6 +61,9 @@ class K8sLauncher(FollowMixin, OutcomesMixin, JobsMixin, ImagesMixin, HoldersMix
         # and the lists the tick's gate check shares ("live_pods", "agents").
         self._seen: dict = {}
         self._shared: dict[str, list] = {}
+        # A run whose log read needs more than following.LOG_READ_BYTES for one second of
+        # its log: its limit (None: no limit). Advice only, rebuilt after a restart.
+        self._log_limits: dict[int, int | None] = {}
 
     # === plumbing ============================================================
 

@@ -4,12 +4,14 @@ verdicts (daemon/launchers/retry.py) for the failures that may be transient."""
 from __future__ import annotations
 
 import logging
+import os
 
 from daemon.launchers import retry
 from daemon.launchers.base import REQUEUE, Outcome
 from daemon.launchers.k8s import cluster, jobspec
 from daemon.store import DONE, FAILED, OOM, TIMEOUT
 from trainer import records
+from trainer.ownership import NotOurs, open_regular
 
 log = logging.getLogger("rngdctl.k8s")
 
@@ -179,11 +181,11 @@ class OutcomesMixin:
         path = self.home.run_dir(run_id) / ("compile.log" if stage == jobspec.COMPILE
                                             else "trainer.log")
         try:
-            with open(path, "rb") as fh:
+            with os.fdopen(open_regular(path, what="log"), "rb") as fh:
                 fh.seek(0, 2)
                 fh.seek(max(0, fh.tell() - 65536))
                 text = fh.read().decode("utf-8", errors="replace")
-        except OSError:
+        except (OSError, NotOurs):
             return ""
         tail = [line for line in text.splitlines()
                 if isinstance(records.parse_line(line), records.LogLine)][-TAIL_LINES:]
