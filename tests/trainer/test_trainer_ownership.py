@@ -75,7 +75,7 @@ def test_the_same_options_again_go_on_in_the_same_folder(tmp_path):
     train(tmp_path / "out", checkpoint_every=1, steps=3)
     again = recipe(tmp_path / "out", checkpoint_every=1, steps=3)
     again.setup()
-    assert again.outdir.find_resume().step == 3
+    assert again.outdir.find_resume([("main", 0, 3)]).step == 3
 
 
 def test_a_run_of_a_home_refuses_another_runs_folder_and_a_folder_inside_it(tmp_path):
