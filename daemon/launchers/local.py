@@ -40,8 +40,10 @@ from daemon.store import RUNNING, Store
 from trainer import records
 from trainer.records import LineSplitter
 
-OUTPUT_LOG = "output.log"  # the trainer's stdout and stderr: what ingest follows
-STEP_LOG = "steps.jsonl"  # the trainer's own copy of its records (--log)
+# The trainer's stdout (its records) and stderr (human lines): what ingest follows. No
+# --log: with it the trainer writes its records there alone, and one stream, appended and
+# read from a stored offset, is what keeps every step stored once across crashes.
+OUTPUT_LOG = "output.log"
 TRAINER_LOCK = "trainer.lock"  # flock-held by the run's trainer for as long as it lives
 READ_CHUNK = 4 << 20
 TAIL_LINES = 20
@@ -168,7 +170,7 @@ class LocalLauncher:
     def launch(self, run: dict) -> None:
         run_dir = self.home.run_dir(run["id"])
         output = run_dir / OUTPUT_LOG
-        argv = trainer_argv(run, log_path=str(run_dir / STEP_LOG), python=self.python,
+        argv = trainer_argv(run, log_path=None, python=self.python,
                             cache_dir=str(self.home.cache_dir),
                             out_dir=str(output_dir(run, self.home.path / "runs")),
                             on_checkpoint_error=self.config.daemon.checkpoint_failure)
