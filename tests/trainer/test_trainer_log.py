@@ -4,6 +4,7 @@ person's view of the run on stderr (trainer/steplog.py, trainer/console.py)."""
 from __future__ import annotations
 
 import collections
+import io
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from trainer import records
+from trainer.console import Console
 from trainer.records import MAIN, RESUME, End, Event, Start, Step
 from trainer.steplog import StepLog
 
@@ -140,3 +142,38 @@ def test_a_run_killed_and_resumed_logs_each_step_once_and_says_where_it_went_on_
     assert stdout == ""
     assert re.search(rf"resumed from step 20, {re.escape(str(out))}/checkpoints/step-20 "
                      r"\(baseline at step \d+\)", stderr), stderr
+
+
+# === stderr ==================================================================
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_with_log_on_a_terminal_the_progress_is_one_line_rewritten_at_each_step():
+    screen = Terminal()
+    console = Console(screen)
+    console.progress = True
+    for n in (1, 2, 3):
+        console.step(MAIN, n, 3, 2.0, 0.05)
+    console.line("saved")
+
+    rewrites = screen.getvalue().split("\r\x1b[K")[1:]
+    assert [r.split("] ", 1)[1] for r in rewrites[:2]] == ["main step 1/3 loss 2.0000 50.0 ms",
+                                                           "main step 2/3 loss 2.0000 50.0 ms"]
+    # The last progress line stays, ended by the next human line.
+    assert rewrites[2].split("] ", 1)[1].startswith("main step 3/3 loss 2.0000 50.0 ms\n[trainer")
+    assert rewrites[2].endswith("] saved\n")
+
+
+def test_off_a_terminal_the_progress_is_a_line_every_tenth_step():
+    out = io.StringIO()
+    console = Console(out)
+    console.progress = True
+    for n in range(1, 26):
+        console.step(MAIN, n, 25, 2.0, 0.05)
+
+    steps = [line.split("] ", 1)[1].split(" loss")[0] for line in out.getvalue().splitlines()]
+    assert steps == ["main step 1/25", "main step 10/25", "main step 20/25", "main step 25/25"]
