@@ -196,7 +196,8 @@ def _echo_saved(home, run_id: int) -> None:
 def demo(ctx, home_path, steps, no_tui, out):
     """Queue a short run, run the daemon with the local launcher, write its note.
 
-    Uses a fresh home unless --home or RNGDCTL_HOME names one.
+    Uses a fresh home unless --home or RNGDCTL_HOME names one. Ctrl-C (in the TUI
+    too) cancels the run, waits for its trainer to stop, says where, and exits 130.
     Example: rngdctl demo --no-tui
     """
     from daemon.home import Home
