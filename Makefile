@@ -6,16 +6,26 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-furiosa furiosa-env lint clean
 
+# Each step said as it is done, with pip's own progress: the first run downloads torch and
+# the rest, which takes minutes.
 $(STAMP): pyproject.toml
+	@echo "== setting up $(VENV) (first run only, or after pyproject.toml changed)"
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# torch first, pinned: the CPU wheel; an open range would pull a CUDA build.
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[trainer,dev,smi]'
+	@echo "== upgrading pip in $(VENV)"
+	$(PY) -m pip install --upgrade pip
+	@# torch first, pinned: the CPU wheel; an open range would pull a CUDA build.
+	@echo "== installing torch 2.13.0, the CPU wheel (the largest download)"
+	$(PY) -m pip install torch==2.13.0
+	@echo "== installing rngdctl (editable), transformers, peft, textual, pytest, ruff, ..."
+	$(PY) -m pip install -e '.[trainer,dev,smi]'
 	touch $(STAMP)
 
+# The shell traps Ctrl-C (a handler, so the demo still gets it): it waits while the demo
+# cancels its run, and the PATH hint still comes last. The demo's exit status is make's.
 demo: $(STAMP)
-	$(VENV)/bin/rngdctl demo $(DEMO_ARGS)
+	@trap : INT; $(VENV)/bin/rngdctl demo $(DEMO_ARGS); status=$$?; \
+		echo "rngdctl is in $(VENV)/bin; to put it on PATH: . $(VENV)/bin/activate"; \
+		exit $$status
 
 # The main suite, then the tests that need the real furiosa-torch (torch 2.10.0) in its own
 # environment (see furiosa-env).

@@ -74,7 +74,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from daemon.home import Home
-from daemon.launchers.local import STEP_LOG
+from daemon.launchers.local import OUTPUT_LOG
 from daemon.run.spec import INTERLEAVE_BLOCK, baseline_steps
 from daemon.stepmodel import blocks
 
@@ -131,14 +131,14 @@ def rngdctl(home: Path, *args: str, timeout: float = 120) -> subprocess.Complete
 class TimedSteps:
     """Counts the step records the run's trainer has written, as it writes them.
 
-    Read from the trainer's own record log (``runs/<id>/steps.jsonl``, one
-    flushed line per step), not from the store: the daemon stores a tick
+    Read from the trainer's output as the launcher appends it (``runs/<id>/output.log``,
+    one flushed, unbuffered line per step), not from the store: the daemon stores a tick
     (0.2 s) later, which is ~25 tiny-llama steps, so a hog started when the
     store showed half the timed steps came on near the run's end.
     """
 
     def __init__(self, home: Path, run_id: int):
-        self.path = Home(home).run_dir(run_id) / STEP_LOG
+        self.path = Home(home).run_dir(run_id) / OUTPUT_LOG
         self.offset, self.count, self.partial = 0, 0, b""
 
     def __call__(self) -> int:

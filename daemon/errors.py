@@ -1,4 +1,5 @@
-"""Domain errors. The CLI turns each into one line and exit code 2 (bad input) or 1."""
+"""Domain errors. The CLI turns each into one line and exit code 2 (bad input), 3 (no
+daemon to wait for) or 1."""
 
 
 class RngdctlError(Exception):
@@ -31,6 +32,12 @@ class ConfigError(BadInput):
 
 class NotPrivate(BadInput):
     """A home, config.toml or store that is not this user's alone: rngdctl will not use it."""
+
+
+class NoDaemon(RngdctlError):
+    """No daemon runs on this home, so what the command waits for cannot happen."""
+
+    exit_code = 3
 
 
 class DaemonAlreadyRunning(RngdctlError):

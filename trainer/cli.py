@@ -1,6 +1,8 @@
 """``python -m trainer``: train, check, compile.
 
-Records go to stdout (and ``--log FILE``), human lines to stderr. Exit codes
+Records go to stdout, or with ``--log FILE`` to that file only (trainer/steplog.py:
+each step once, also after a resume); human lines go to stderr, with ``--log`` a
+progress line too. Exit codes
 (trainer.records): 0 ok, 1 error, 2 bad input, 3 out of memory; 143 after
 SIGTERM, which stops the run after the step in progress: with ``--out`` it
 writes a checkpoint and an ``end`` record with status ``preempted``, without
@@ -44,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser("train", help="train a model layer by layer and write step records",
-                       description="Train, writing the step-record contract to stdout and --log.")
+                       description="Train, writing the step-record contract to stdout, or to "
+                                   "--log FILE (then stderr shows the progress).")
     t.add_argument("--run-id", default=None, help="id of the run, copied into every start record")
     t.add_argument("--home-id", default=None,
                    help="the rngdctl home whose run this is (the daemon passes it): with "
@@ -89,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "in mirrored pairs (ABBA); 0: baseline first, then main")
     t.add_argument("--cache-dir", default=None,
                    help="tokenizer cache (default $RNGDCTL_CACHE or ~/.cache/rngdctl)")
-    t.add_argument("--log", default=None, metavar="FILE", help="also write the records here")
+    t.add_argument("--log", default=None, metavar="FILE",
+                   help="write the records here (appended; a resume writes no step twice) "
+                        "instead of stdout, and show the progress on stderr")
     o = t.add_argument_group("the run's output")
     o.add_argument("--out", default=None, metavar="DIR",
                    help="write the fine-tuned model here at the end (a transformers folder, or "
@@ -156,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--model", default="tiny-llama")
     k.add_argument("--seq-len", type=int, default=64)
     k.add_argument("--micro-batch", type=int, default=1)
-    k.add_argument("--log", default=None, metavar="FILE")
+    k.add_argument("--log", default=None, metavar="FILE",
+                   help="write the records here instead of stdout")
     k.set_defaults(func=cmd_compile)
     return p
 
@@ -186,28 +192,32 @@ class _Stop:
         return self.flag
 
 
-def _open_log(path: str | None):
+def _record_writer(path: str | None):
+    """Where the records go: stdout without ``--log``, else the log file alone."""
     if path is None:
-        return None
-    try:  # never through a final link: one planted at runs/<id>/steps.jsonl would be written
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o666)
-    except OSError as exc:
-        why = "a symbolic link" if os.path.islink(path) else exc.strerror
-        raise UsageError(f"cannot open --log {path}: {why}") from None
-    return os.fdopen(fd, "a", buffering=1, encoding="utf-8")
+        return RecordWriter(sys.stdout)
+    from trainer.steplog import open_log
+
+    return open_log(path)
+
+
+def _close(writer) -> None:
+    if not isinstance(writer, RecordWriter):
+        writer.close()
 
 
 def cmd_train(args) -> int:
     from trainer.config import TrainConfig
-    from trainer.train import Recipe, log
+    from trainer.console import console, log
+    from trainer.train import Recipe
 
     stop = _Stop()
     # Whatever the trainer makes (--out, its checkpoints, the model) is made no more open
     # than --output-mode, whatever umask the daemon or the shell handed down.
     os.umask(0o777 & ~args.output_mode)
-    logfile = _open_log(args.log)
-    writer = RecordWriter(sys.stdout, logfile)
+    writer = _record_writer(args.log)
+    # With --log, stdout is quiet: a person follows the run on stderr.
+    console.progress = args.log is not None
     cfg = TrainConfig(
         run_id=args.run_id, home_id=args.home_id, model=args.model, lora=args.lora,
         resident_layers=args.resident_layers, backend=args.backend, steps=args.steps,
@@ -267,8 +277,7 @@ def cmd_train(args) -> int:
         traceback.print_exc()
         return EXIT_ERROR
     finally:
-        if logfile is not None:
-            logfile.close()
+        _close(writer)
 
 
 def _backend_failure(exc: BaseException, backend: str) -> str | None:
@@ -291,8 +300,7 @@ def cmd_check(args) -> int:
 def cmd_compile(args) -> int:
     from trainer.compile import run_compile
 
-    logfile = _open_log(args.log)
-    writer = RecordWriter(sys.stdout, logfile)
+    writer = _record_writer(args.log)
     try:
         return run_compile(args.backend, args.model, args.seq_len, args.micro_batch, writer)
     except UsageError as exc:
@@ -311,8 +319,7 @@ def cmd_compile(args) -> int:
         print(f"trainer: error: {known}", file=sys.stderr)
         return EXIT_USAGE
     finally:
-        if logfile is not None:
-            logfile.close()
+        _close(writer)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from trainer import checkpoint, ownership, records, weights
 from trainer.checkpoint import Checkpoint, CheckpointError, CheckpointWriteError
 from trainer.config import RESUME_KEYS
+from trainer.console import log
 from trainer.errors import Preempted, TrainerError, UsageError
 from trainer.ownership import NotOurs, Owner
 from trainer.records import END_PHASES, MAIN, Event
@@ -252,6 +253,8 @@ class OutputFolder:
         self.phases["resume_s"] += seconds
         self._written_at = checkpoint.order_of(ckpt.state)
         position = ckpt.position
+        others = ", ".join(f"{label} at step {n}" for label, n in position.items() if label != MAIN)
+        log(f"resumed from step {ckpt.step}, {ckpt.path}" + (f" ({others})" if others else ""))
         self.recipe.label = None
         self.recipe.writer.write(Event(
             records.RESUME, f"resumed from {ckpt.path.name}: "
@@ -351,6 +354,7 @@ class OutputFolder:
                                f"{self._kept('move it away')}") from None
         self.phases["save_s"] += saved.seconds
         self.model_dir = saved.path
+        log(f"saved the {saved.format} model to {saved.path} ({saved.bytes / 1e6:.1f} MB)")
         recipe.writer.write(Event(
             records.SAVED, f"{saved.format} model in {saved.path} ({saved.bytes / 1e6:.1f} MB "
                            f"in {saved.seconds:.2f} s)",

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import platform
 import resource
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -47,6 +46,7 @@ from pathlib import Path
 
 from trainer import provenance
 from trainer.config import TrainConfig, default_baseline_steps
+from trainer.console import console, log
 from trainer.errors import Cancelled, UsageError
 from trainer.records import (
     BASELINE,
@@ -66,11 +66,6 @@ class PassSummary:
     label: str
     steps: int
     losses: list[float] = field(default_factory=list)
-
-
-def log(msg: str) -> None:
-    """A human line on stderr."""
-    print(f"[trainer {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 class Recipe:
@@ -430,9 +425,7 @@ class _Pass:
                    "grad_norm": round(result.grad_norm, 6)},
         ))
         self.summary.losses.append(result.loss)
-        if step == 1 or step % 10 == 0 or step == self.steps:
-            log(f"{self.label} step {step}/{self.steps} loss {result.loss:.4f} "
-                f"{step_s * 1000:.1f} ms")
+        console.step(self.label, step, self.steps, result.loss, step_s)
 
     def finish(self) -> PassSummary:
         self.engine = None

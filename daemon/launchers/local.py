@@ -42,8 +42,10 @@ from trainer import records
 from trainer.ownership import NotOurs, open_regular
 from trainer.records import LineSplitter
 
-OUTPUT_LOG = "output.log"  # the trainer's stdout and stderr: what ingest follows
-STEP_LOG = "steps.jsonl"  # the trainer's own copy of its records (--log)
+# The trainer's stdout (its records) and stderr (human lines): what ingest follows. No
+# --log: with it the trainer writes its records there alone, and one stream, appended and
+# read from a stored offset, is what keeps every step stored once across crashes.
+OUTPUT_LOG = "output.log"
 TRAINER_LOCK = "trainer.lock"  # flock-held by the run's trainer for as long as it lives
 TAIL_LINES = 20
 #: What one follow reads of a run's log at most: a trainer that writes faster is read on
@@ -181,7 +183,7 @@ class LocalLauncher:
     def launch(self, run: dict) -> None:
         run_dir = self.home.run_dir(run["id"])
         output = run_dir / OUTPUT_LOG
-        argv = trainer_argv(run, log_path=str(run_dir / STEP_LOG), python=self.python,
+        argv = trainer_argv(run, log_path=None, python=self.python,
                             cache_dir=str(self.home.cache_dir),
                             out_dir=str(output_dir(run, self.home.path / "runs")),
                             on_checkpoint_error=self.config.daemon.checkpoint_failure,
@@ -192,9 +194,6 @@ class LocalLauncher:
         lock = take_trainer_lock(run_dir / TRAINER_LOCK)
         child = None
         try:
-            # The trainer's own copy of its records, made here: a link or a FIFO planted
-            # in its place refuses the launch, and the trainer appends to this file.
-            os.close(open_regular(run_dir / STEP_LOG, os.O_WRONLY | os.O_CREAT, what="log"))
             out = open_regular(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="log")
             try:
                 offset = os.fstat(out).st_size

@@ -181,6 +181,7 @@ class Daemon:
         # long backlog never delays the first tick's heartbeat.
         self._to_seal = self.store.unsealed_runs(SEAL_AT_START)
         self._freeze_heap()
+        log.info("%s", start_line(self.home, self.config, self.launcher))
 
     @staticmethod
     def _freeze_heap() -> None:
@@ -211,6 +212,7 @@ class Daemon:
     def close(self) -> None:
         reason = self.stop_reason or "stopped"
         was_active, self._active = self._active, False
+        left = self._left_behind() if was_active or self.leader is None else ""
         try:
             self._store_held_ends()
             for run, outcome in self._unstored.values():
@@ -235,7 +237,20 @@ class Daemon:
                     self.store.drop_replica(self.leader.identity)
             finally:
                 self.launcher.close()
-        log.info("daemon stopped: %s", reason)
+        log.info("daemon stopped: %s%s", reason, left)
+
+    def _left_behind(self) -> str:
+        """What goes on without this daemon, for its last line (docs/design.md: a trainer
+        outlives the daemon, to be adopted by the next one)."""
+        try:
+            active = self.store.active_runs()
+        except sqlite3.Error:
+            return ""
+        if not active:
+            return ""
+        ids = ", ".join(str(r["id"]) for r in active)
+        return (f"; run{'s' if len(active) > 1 else ''} {ids} left running, for the next "
+                f"daemon on this home to adopt")
 
     def run(self) -> None:
         self.start()
@@ -362,6 +377,7 @@ class Daemon:
             try:
                 self.launcher.launch(run)
                 result.launched = run["id"]
+                log.info("%s", launched_line(self.store.run(run["id"])))
                 self._notify("started", self.store.run(run["id"]), now)
             except LaunchError as exc:
                 self.store.add_event(run["id"], "launch_failed", str(exc), now=now)
@@ -435,6 +451,7 @@ class Daemon:
         self._cancelling.discard(run["id"])
         self._follow_failures.pop(run["id"], None)
         if outcome.status == REQUEUE:
+            log.info("run %s requeued: %s", run["id"], outcome.reason or "requeued")
             self.store.requeue(run["id"])
             self.store.add_event(run["id"], "requeue", outcome.reason or "requeued", now=now)
             if outcome.retry is not None:  # an automatic retry (daemon/launchers/retry.py)
@@ -454,7 +471,7 @@ class Daemon:
         first_line = (outcome.reason or "").splitlines()[0] if outcome.reason else ""
         self.store.add_event(run["id"], "finished",
                              outcome.status + (f": {first_line}" if first_line else ""), now=now)
-        log.info("run %s %s %s", run["id"], outcome.status, first_line)
+        log.info("%s", ended_line(self.store.run(run["id"])))
         self._notify("ended", run, outcome.status, outcome.reason, now)
 
     def _hold_end(self, run: dict, outcome: Outcome, now: float | None, exc) -> None:
@@ -482,6 +499,45 @@ class Daemon:
             getattr(self.notifications, moment)(*args, **kwargs)
         except Exception:  # a notice is advice: it must never stop a launch or a record
             log.exception("notification %s failed", moment)
+
+
+# === what the daemon says on stderr: at start, at each launch and end, at stop =====
+
+
+def start_line(home: Home, config: Config, launcher: Launcher) -> str:
+    """The daemon's first line: where, which launcher, and what its gates read."""
+    gates = config.gates
+    read = [f"host load < {gates.load_max:g}",
+            f"no process holding {', '.join(gates.device_globs)}",
+            f"cards alive and <= {gates.max_temp_c:g} °C (furiosa-smi)"]
+    if launcher.name == "k8s":
+        read.append("cards free and the image present on the node")
+    read.append("one run at a time" if getattr(launcher, "runs_per_node", None) is None
+                else f"{launcher.runs_per_node} run(s) per node")
+    ticks = max(1, gates.consecutive)
+    return (f"daemon started on {home.path} (pid {os.getpid()}): launcher {launcher.name}, "
+            f"a tick every {config.daemon.tick:g} s; gates: {', '.join(read)}; "
+            f"{ticks} passing tick{'s' if ticks > 1 else ''} in a row before a launch")
+
+
+def _run_name(run: dict) -> str:
+    return f"run {run['id']}" + (f" ({run['name']})" if run.get("name") else "")
+
+
+def launched_line(run: dict) -> str:
+    where = (f"Job {run['job_name']}" if run.get("job_name")
+             else f"pid {run['pid']}" if run.get("pid") else "its trainer starting")
+    node = f" on node {run['node']}" if run.get("node") else ""
+    return (f"{_run_name(run)} launched: {where}{node}, {run['config'].get('steps')} steps "
+            f"(attempt {run.get('attempts') or 1})")
+
+
+def ended_line(run: dict) -> str:
+    took = ""
+    if run.get("started") and run.get("ended"):
+        took = f" after {run['ended'] - run['started']:.0f} s"
+    reason = (run.get("exit_reason") or "").splitlines()
+    return f"{_run_name(run)} {run['status']}{took}" + (f": {reason[0]}" if reason else "")
 
 
 def install_signal_handlers(daemon: Daemon) -> None:

@@ -1,13 +1,11 @@
 """The queue a researcher drives: dependencies, priorities, edits and clones.
 
 Library functions behind ``submit --after/--priority``, ``edit``, ``clone``
-and ``wait``; the click commands are thin over them. SQL stays in
+and ``resume`` (``wait``: waiting.py); the click commands are thin over them. SQL stays in
 ``daemon/store/``; run configs are validated by ``daemon/run/spec.py``.
 """
 
 from __future__ import annotations
-
-import time
 
 from daemon.errors import BadInput
 from daemon.run.claims import check_run_output
@@ -264,29 +262,3 @@ def resume_runs(store, refs, *, now: float | None = None) -> list[tuple[int, dic
         out.append((run["id"], newest))
     return out
 
-
-# === wait ====================================================================
-
-
-def wait_for_runs(store, refs, *, timeout: float | None = None, interval: float = 2.0,
-                  on_end=None, clock=time.monotonic, sleep=time.sleep) -> tuple[dict, list]:
-    """Poll the store until every run has ended, or ``timeout`` seconds passed.
-
-    ``on_end(run)`` is called once per run as it ends (at once for one that has
-    ended already), in the order they are seen to end. Returns ({id: status} of
-    the runs that ended, [ids still not ended]).
-    """
-    ids = list(dict.fromkeys(store.run(ref)["id"] for ref in refs))  # unknown: NoSuchRun first
-    pending, ended = list(ids), {}
-    deadline = None if timeout is None else clock() + timeout
-    while True:
-        for run_id in list(pending):
-            run = store.run(run_id)
-            if run["status"] in FINISHED:
-                pending.remove(run_id)
-                ended[run_id] = run["status"]
-                if on_end is not None:
-                    on_end(run)
-        if not pending or (deadline is not None and clock() >= deadline):
-            return ended, pending
-        sleep(interval if deadline is None else max(0.0, min(interval, deadline - clock())))

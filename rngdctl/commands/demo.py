@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from daemon.run.spec import baseline_steps
+from daemon.store import CANCELLED, FINISHED
 
 #: The demo's run. Its baseline is submit's default, chosen so that the step
 #: model's error it prints is one a new user can believe on a busy laptop
@@ -41,14 +42,16 @@ def _progress_line(store, run_id: int) -> str:
 
 
 def _watch(home, run_id: int, daemon: subprocess.Popen, use_tui: bool) -> None:
+    """Follow the run until the daemon exits: the TUI, then plain lines. Ctrl-C, in either,
+    is a KeyboardInterrupt here."""
     if use_tui:
         try:
-            from rngdctl.tui.app import run_tui
+            from rngdctl.tui.app import INTERRUPTED, run_tui
         except ImportError:
             use_tui = False
-    if use_tui:
-        run_tui(home, run_id=run_id)
-        # Quitting the TUI early leaves the run going: follow it in plain lines.
+    if use_tui and run_tui(home, run_id=run_id, demo=True) == INTERRUPTED:
+        raise KeyboardInterrupt  # Ctrl-C in the TUI (a key there): as in plain lines
+    # Quitting the TUI early leaves the run going: follow it in plain lines.
     shown = ""
     with home.store() as store:
         while daemon.poll() is None:
@@ -60,37 +63,98 @@ def _watch(home, run_id: int, daemon: subprocess.Popen, use_tui: bool) -> None:
         click.echo(_progress_line(store, run_id))
 
 
-def _stop(home, run_id: int, daemon: subprocess.Popen) -> None:
-    """Cancel the demo's run through the daemon, which then exits; kill both if it does not.
+#: Seconds the demo waits for its daemon beyond ``[daemon] stop_grace_s`` (after which the
+#: daemon SIGKILLs the trainer): the daemon's next tick, recording the end, its exit.
+STOP_SLACK_S = 60.0
 
-    The trainer runs in a session of its own (it outlives a daemon that dies, to be
-    adopted), so killing the daemon alone would leave it training: the demo kills
-    it too, by the pid and start time the daemon stored.
+
+def _cancel(home, run_id: int, daemon: subprocess.Popen) -> str:
+    """Ctrl-C: cancel the run and wait for its end; what happened, in one line.
+
+    The cancel is stored as ``rngdctl cancel`` stores it. The daemon runs in a session
+    of its own, so the terminal's SIGINT never reached it: it sends the trainer SIGTERM
+    (which finishes its step and writes a checkpoint), records the run cancelled, and,
+    with nothing left to do, exits. Only a daemon that does not is killed, with the
+    trainer (the only way then that none trains on); the line says so.
     """
     with home.store() as store:
         store.request_cancel(run_id)
+    click.echo(f"cancelling run {run_id}: its trainer finishes its step and writes a "
+               f"checkpoint (Ctrl-C again changes nothing)", err=True)
+    grace = _stop_grace(home)
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
     try:
-        # Generous: on a loaded host the trainer's cancel path and the daemon's next
-        # tick can take a while; a kill is only the last resort.
-        daemon.wait(timeout=120)
-    except (KeyboardInterrupt, subprocess.TimeoutExpired):
-        daemon.kill()
+        deadline = time.monotonic() + grace + STOP_SLACK_S
+        told = False
+        while daemon.poll() is None and time.monotonic() < deadline:
+            if pressed and not told:
+                click.echo(f"still stopping run {run_id}: the daemon kills its trainer "
+                           f"{grace:g} s after the SIGTERM at the latest", err=True)
+                told = True
+            time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    killed = None
+    if daemon.poll() is None:  # a hung daemon: end it and the trainer, and say so
+        os.killpg(daemon.pid, signal.SIGKILL)
         daemon.wait()
-        with home.store() as store:
-            _kill_trainer(store.run(run_id))
+    with home.store() as store:
+        run = store.run(run_id)
+        if run["status"] not in FINISHED:
+            killed = _kill_trainer(run)
+        return _what_happened(store, run, home, killed)
 
 
-def _kill_trainer(run: dict) -> None:
+def _stop_grace(home) -> float:
+    from daemon.errors import ConfigError
+    from daemon.home import DaemonConfig
+
+    try:
+        return home.config().daemon.stop_grace_s
+    except ConfigError:
+        return DaemonConfig().stop_grace_s
+
+
+def _what_happened(store, run: dict, home, killed: int | None) -> str:
+    """The run's end as the store has it: its status, last step and kept checkpoint."""
+    run_id, status = run["id"], run["status"]
+    if status not in FINISHED:
+        trainer = f"its trainer (pid {killed}) was killed" if killed else "it has no trainer"
+        return (f"run {run_id}: the daemon did not record the cancel in time; {trainer}, "
+                f"and the store shows it {status} until a daemon next runs on {home.path}")
+    steps = store.step_counts(run_id).get("main", 0)
+    line = f"run {run_id} {status} " + (f"after step {steps} of {run['config']['steps']}"
+                                        if steps else "before its first step")
+    if status == CANCELLED:
+        ends = store.events(run_id=run_id, kinds=["end"])
+        kept = (ends[-1].get("data") or {}).get("checkpoint") if ends else None
+        return line + (f"; checkpoint {kept} kept" if kept else "; no checkpoint was written")
+    return line + " (it ended before the cancel took effect)"
+
+
+def _kill_trainer(run: dict) -> int | None:
+    """SIGKILL the run's trainer's process group, if the stored pid is still that process."""
     import psutil
 
     if not run.get("pid"):
-        return
+        return None
     try:
         same = abs(psutil.Process(run["pid"]).create_time() - (run.get("pid_start") or 0)) < 0.01
         if same:
             os.killpg(run["pid"], signal.SIGKILL)
+            return run["pid"]
     except (psutil.Error, ProcessLookupError, PermissionError):
         pass
+    return None
+
+
+def _took(run: dict) -> str:
+    """The run's own time, launch to end, as the store has it (not the demo's, nor the
+    time the TUI stayed open after it)."""
+    if run.get("started") and run.get("ended"):
+        return f" in {run['ended'] - run['started']:.0f} s"
+    return ""
 
 
 def _echo_model(home, run_id: int) -> None:
@@ -135,7 +199,8 @@ def _echo_saved(home, run_id: int) -> None:
 def demo(ctx, home_path, steps, no_tui, out):
     """Queue a short run, run the daemon with the local launcher, write its note.
 
-    Uses a fresh home unless --home or RNGDCTL_HOME names one.
+    Uses a fresh home unless --home or RNGDCTL_HOME names one. Ctrl-C (in the TUI
+    too) cancels the run, waits for its trainer to stop, says where, and exits 130.
     Example: rngdctl demo --no-tui
     """
     from daemon.home import Home
@@ -145,29 +210,31 @@ def demo(ctx, home_path, steps, no_tui, out):
 
     given = home_path or ctx.meta.get("rngdctl.home_given")
     home = Home(given or tempfile.mkdtemp(prefix="rngdctl-demo-")).ensure()
-    started = time.monotonic()
     with home.store() as store:
         name = free_name(store, DEMO_RUN["name"])  # demo-2 in a home that had a demo
         config = validate({**DEMO_RUN, "steps": steps, "name": name})
         run_id = store.add_run(config, name=name)
     click.echo(f"home {home.path}: queued run {run_id} ({steps} steps of tiny-llama on cpu, "
-               f"interleaved with a {baseline_steps(config)}-step all-offload baseline)")
+               f"interleaved with a {baseline_steps(config)}-step all-offload baseline); "
+               f"the daemon's log is daemon.log there")
     with open(home.path / "daemon.log", "ab") as daemon_log:
+        # A session of its own: the terminal's Ctrl-C (SIGINT to the foreground process
+        # group) must not stop the daemon before the demo has stored the cancel it acts on.
         daemon = subprocess.Popen(
             [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon",
              "--launcher", "local", "--tick", "0.5", "--exit-when-idle"],
-            stdout=daemon_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            stdout=daemon_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
         try:
             _watch(home, run_id, daemon, use_tui=not no_tui and sys.stdout.isatty())
-            daemon.wait(timeout=600)
-        except (KeyboardInterrupt, subprocess.TimeoutExpired):
-            _stop(home, run_id, daemon)
-            raise click.ClickException("demo interrupted; its run was cancelled") from None
+        except KeyboardInterrupt:
+            click.echo(f"demo interrupted: {_cancel(home, run_id, daemon)}", err=True)
+            raise SystemExit(130) from None  # as a shell reports a Ctrl-C
     with home.store() as store:
         run = store.run(run_id)
         note = (write_note(store, [run_id], Path(out) if out else home.path / "experiments")
                 if store.step_counts(run_id) else None)  # export refuses a run with no step
-    click.echo(f"run {run_id}: {run['status']} in {time.monotonic() - started:.0f} s")
+    click.echo(f"run {run_id}: {run['status']}{_took(run)}")
     _echo_model(home, run_id)
     click.echo(f"note: {note}" if note else "note: none (the run stored no step)")
     _echo_saved(home, run_id)

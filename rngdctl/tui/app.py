@@ -38,6 +38,7 @@ from textual.worker import Worker, WorkerFailed, WorkerState
 
 from daemon.errors import RngdctlError
 from daemon.home import Home
+from daemon.store import DONE, FINISHED
 from rngdctl.tui.actions import WriteActions
 from rngdctl.tui.data import DaemonView, RunView, Snapshot, ViewSource, run_label
 from rngdctl.tui.series import Series, overlay_series
@@ -249,7 +250,12 @@ class RngdApp(WriteActions, App[None]):
         view = (self.snapshot.daemon if self.snapshot
                 else DaemonView("never", home=str(self.home.path)))
         self.query_one(DaemonBar).show(view, paused=self.paused, read_only=self.read_only,
-                                       filter_text=self.filter_text, error=self.refresh_error)
+                                       filter_text=self.filter_text, error=self.refresh_error,
+                                       notice=self.notice())
+
+    def notice(self) -> str | None:
+        """A line that leads the bar, saying what to do next; none in the monitor."""
+        return None
 
     def watch_paused(self) -> None:
         self._show_bar()
@@ -436,10 +442,37 @@ class RngdApp(WriteActions, App[None]):
         return "\n".join(line.rstrip() for line in console.export_text().splitlines())
 
 
+#: What ``run_tui(..., demo=True)`` returns when Ctrl-C closed it.
+INTERRUPTED = "interrupted"
+
+
+class DemoApp(RngdApp):
+    """``make demo``'s monitor of its one run: Ctrl-C closes it saying so (the demo then
+    cancels the run, as in plain lines), and the run's end says that q gives the rest."""
+
+    # Textual reads Ctrl-C as a key (the terminal is raw), not as SIGINT; priority: an
+    # input's copy binding must not take it.
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("ctrl+c", "interrupt", "Stop the demo", show=False, priority=True)]
+
+    def action_interrupt(self) -> None:
+        self.exit(INTERRUPTED)
+
+    def notice(self) -> str | None:
+        current = self.snapshot.current if self.snapshot else None
+        if current is None or current.status not in FINISHED:
+            return None
+        if current.status == DONE:
+            return "done: q for the note and the model"
+        return f"{current.status}: q for the note"
+
+
 def run_tui(home: Home | str | Path | None = None, run_id: int | str | None = None,
-            read_only: bool = False) -> None:
-    """Open the monitor on ``home`` (for ``rngdctl tui`` and ``make demo``)."""
-    RngdApp(home, run_ref=run_id, read_only=read_only, freeze_gc=True).run()
+            read_only: bool = False, demo: bool = False) -> str | None:
+    """Open the monitor on ``home`` (for ``rngdctl tui`` and ``make demo``, ``demo=True``:
+    then INTERRUPTED when Ctrl-C closed it)."""
+    app = DemoApp if demo else RngdApp
+    return app(home, run_ref=run_id, read_only=read_only, freeze_gc=True).run()
 
 
 def snapshot_text(home: Home | str | Path | None = None, run_id: int | str | None = None, *,

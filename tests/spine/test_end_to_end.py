@@ -1,6 +1,5 @@
 """The real CLI, daemon and trainer on CPU, as a user runs them."""
 
-import json
 import os
 import signal
 import subprocess
@@ -8,6 +7,8 @@ import sys
 
 import pytest
 from procs import wait_for
+
+from trainer import records
 
 pytestmark = pytest.mark.slow
 
@@ -36,9 +37,10 @@ def test_a_submitted_run_is_launched_followed_stored_and_written_up(home, rngdct
     with home.store() as store:
         assert store.run(run)["status"] == "done"
         assert store.step_counts(run) == {"baseline": 3, "main": 12}
-        log = home.path / "runs" / str(run) / "steps.jsonl"
-        logged = [json.loads(line) for line in log.read_text().splitlines()]
-        assert len([r for r in logged if r["kind"] == "step"]) == 15
+        # The trainer's stdout, its one record stream (no --log), beside its human lines.
+        log = home.path / "runs" / str(run) / "output.log"
+        logged = [records.parse_line(line) for line in log.read_text().splitlines()]
+        assert len([r for r in logged if isinstance(r, records.Step)]) == 15
         assert store.samples(run_id=run), "host load is sampled during the run"
         assert store.run(run)["versions"]["torch"]
     code, out, err = rngdctl("export", str(run), "--out", str(tmp_path / "experiments"))

@@ -35,19 +35,19 @@ def parsed(text: str):
 
 @pytest.fixture(scope="module")
 def baseline_run(tmp_path_factory):
-    """One launcher-style run with --baseline, shared by the contract tests below."""
+    """One launcher-style run with --baseline (no --log: the records on stdout, which the
+    launchers follow), shared by the contract tests below."""
     tmp = tmp_path_factory.mktemp("run")
-    log = tmp / "run.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RNGDCTL_CACHE": str(tmp / "cache")}
     proc = subprocess.run(
         [sys.executable, "-m", "trainer", "train", "--run-id", "r1", *LAUNCHER_ARGS,
-         "--steps", "12", "--log", str(log), "--baseline", "--baseline-steps", "6"],
+         "--steps", "12", "--baseline", "--baseline-steps", "6"],
         capture_output=True, text=True, env=env, timeout=600, cwd=tmp, check=False)  # loaded host
-    return proc, log
+    return proc
 
 
 def test_a_baseline_run_writes_two_passes_and_one_end(baseline_run):
-    proc, log = baseline_run
+    proc = baseline_run
     assert proc.returncode == 0, proc.stderr
     recs = parsed(proc.stdout)
     kinds = [(type(r).__name__, getattr(r, "config_label", None)) for r in recs
@@ -55,14 +55,12 @@ def test_a_baseline_run_writes_two_passes_and_one_end(baseline_run):
     assert kinds == ([("Start", "baseline")] + [("Step", "baseline")] * 6
                      + [("Start", "main")] + [("Step", "main")] * 12 + [("End", "main")])
     assert isinstance(recs[-1], End) and recs[-1].status == "ok"
-    # The log file holds exactly what stdout does.
-    assert log.read_text() == proc.stdout
     # Human lines go to stderr, never into the records.
     assert "step 12/12" in proc.stderr
 
 
 def test_start_records_carry_the_full_config_versions_commit_and_host(baseline_run):
-    proc, _ = baseline_run
+    proc = baseline_run
     starts = [r for r in parsed(proc.stdout) if isinstance(r, Start)]
     base, main = starts
     for key in START_CONFIG:
@@ -80,7 +78,7 @@ def test_the_all_offload_pass_records_the_optimizer_calibration_and_the_step_mod
         baseline_run):
     from daemon import stepmodel
 
-    proc, _ = baseline_run
+    proc = baseline_run
     recs = parsed(proc.stdout)
     base, main = [r for r in recs if isinstance(r, Start)]
     cal = base.config[records.OPTIM_CALIBRATION]
@@ -97,7 +95,7 @@ def test_the_all_offload_pass_records_the_optimizer_calibration_and_the_step_mod
 
 
 def test_step_records_have_phases_that_add_up_and_the_step_model_fields(baseline_run):
-    proc, _ = baseline_run
+    proc = baseline_run
     steps = [r for r in parsed(proc.stdout) if isinstance(r, Step)]
     # A step is ~20 ms here: one preemption of the trainer by another process between
     # two phases is unclaimed time of that size, so a few steps may miss on a busy host.
@@ -178,7 +176,7 @@ def test_compile_on_cpu_says_there_is_nothing_to_compile(trainer_cli):
 
 
 def test_records_are_valid_json_lines(baseline_run):
-    proc, _ = baseline_run
+    proc = baseline_run
     for line in proc.stdout.splitlines():
         record = json.loads(line)
         assert record["v"] == records.KIND_VERSION[record["kind"]] <= records.SCHEMA_VERSION

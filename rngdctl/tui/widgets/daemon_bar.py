@@ -10,9 +10,13 @@ from rngdctl.tui.widgets._update import update_if_changed
 
 
 def daemon_text(view: DaemonView, *, paused: bool = False, read_only: bool = False,
-                filter_text: str = "", error: str | None = None) -> Text:
+                filter_text: str = "", error: str | None = None,
+                notice: str | None = None) -> Text:
     # Flags first, so that a narrow terminal cuts the home path, not them.
     text = Text()
+    if notice:  # what to do next (the demo's run ended): first, where the eye starts
+        text.append(f"✓ {notice}", "bold reverse")
+        text.append("  ")
     if error:
         text.append(f"✗ {error}", "bold red")
         text.append("  ")
