@@ -74,14 +74,16 @@ def check_private(path: Path, what: str, *, allow_group_write: bool = False) -> 
     return st
 
 
-def read_regular(path: Path, *, max_bytes: int, what: str = "file") -> bytes:
-    """The bytes of a regular file, never following a final symbolic link, never blocking
-    on a FIFO or a device, and never more than ``max_bytes``; else NotOurs (one line)."""
+def open_regular(path: Path, *, max_bytes: int, what: str = "file", follow: bool = False):
+    """A regular file opened for reading in binary, never blocking on a FIFO or a device,
+    and refused when larger than ``max_bytes``; else NotOurs (one line). ``follow``: a final
+    symbolic link is followed (a model folder or a data set a user links to), else refused."""
     path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except OSError as exc:
-        if os.path.islink(path):
+        if not follow and os.path.islink(path):
             raise NotOurs(f"{path}: a symbolic link, not a {what}") from None
         raise NotOurs(f"{path}: {exc.strerror}") from None
     try:
@@ -91,6 +93,20 @@ def read_regular(path: Path, *, max_bytes: int, what: str = "file") -> bytes:
         if st.st_size > max_bytes:
             raise NotOurs(f"{path}: {st.st_size} bytes, more than a {what} holds "
                           f"({max_bytes})")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path, *, max_bytes: int, what: str = "file",
+                 follow: bool = False) -> bytes:
+    """The bytes of a regular file, never blocking on a FIFO or a device, and never more
+    than ``max_bytes``; else NotOurs (one line). A final symbolic link is refused unless
+    ``follow``."""
+    with open_regular(path, max_bytes=max_bytes, what=what, follow=follow) as f:
+        fd = f.fileno()
         chunks, left = [], max_bytes + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
@@ -102,8 +118,6 @@ def read_regular(path: Path, *, max_bytes: int, what: str = "file") -> bytes:
         if len(data) > max_bytes:
             raise NotOurs(f"{path}: grew past {max_bytes} bytes while read")
         return data
-    finally:
-        os.close(fd)
 
 
 def _kind(mode: int) -> str:
@@ -144,15 +158,18 @@ def unusable_output(text: str, *, home: Path | None = None) -> str | None:
 
 def writable_ancestor(path: Path) -> str | None:
     """Why a folder could not be made or written at ``path`` by this user, or None."""
-    probe = Path(os.path.abspath(path))
-    while not probe.exists():
+    target = probe = Path(os.path.abspath(path))
+    # os.path, not Path: under a folder this user cannot search, Path.exists raises.
+    while not os.path.lexists(probe):
         if probe.parent == probe:
             break
         probe = probe.parent
-    if not probe.is_dir():
+    if not os.path.isdir(probe):
         return f"{probe} is a file, not a folder"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"{probe} cannot be written by you"
+    if probe == target and not os.access(probe, os.R_OK):
+        return f"{probe} cannot be read by you"
     return None
 
 
