@@ -126,11 +126,11 @@ def _cgroup_limit(root: Path = Path("/sys/fs/cgroup")) -> int | None:
         folder = folder.parent
 
 
-def too_large(need: int, have: int, what: str) -> str | None:
+def too_large(need: int, have: int, what: str, where: str = "this host") -> str | None:
     """The one line that refuses a run needing ``need`` bytes of host memory where ``have``
     are, or None when it fits."""
     if need <= have:
         return None
     return (f"{what} needs {need / 1e9:,.1f} GB of host memory for its weights, gradients and "
-            f"AdamW state ({HOST_BYTES} B per offloaded parameter; activations not counted), "
-            f"more than the {have / 1e9:,.1f} GB this host has")
+            f"AdamW state (the step model's figures; activations not counted), more than the "
+            f"{have / 1e9:,.1f} GB {where} has")

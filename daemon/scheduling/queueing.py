@@ -8,9 +8,10 @@ and ``wait``; the click commands are thin over them. SQL stays in
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from daemon.errors import BadInput
-from daemon.run.spec import apply_settings, config_diff
+from daemon.run.spec import apply_settings, config_diff, validate
 from daemon.store import CANCELLED, DONE, FAILED, FINISHED, OOM, QUEUED, TIMEOUT
 
 
@@ -59,15 +60,16 @@ def _describe(changes: dict) -> str:
     return ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
 
 
-def edit_run(store, ref, settings: list[str]) -> tuple[dict, dict]:
-    """Change a queued run's config (validated as submit does); returns (run, changes)."""
+def edit_run(store, ref, settings: list[str], *, host=None) -> tuple[dict, dict]:
+    """Change a queued run's config (validated as submit does, ``host`` too); returns (run,
+    changes)."""
     run = store.run(ref)
     if run["status"] != QUEUED:
         raise BadInput(f"run {run['id']} is {run['status']}: only a queued run can be edited "
                        "(clone it instead)")
     if not settings:
         raise BadInput("give at least one --set key=value")
-    config = apply_settings(run["config"], settings)
+    config = apply_settings(run["config"], settings, host=host)
     changes = config_diff(run["config"], config)
     if changes:
         if not store.replace_queued_config(run["id"], config):
@@ -78,14 +80,14 @@ def edit_run(store, ref, settings: list[str]) -> tuple[dict, dict]:
     return store.run(run["id"]), changes
 
 
-def clone_run(store, ref, settings: list[str]) -> tuple[int, dict]:
+def clone_run(store, ref, settings: list[str], *, host=None) -> tuple[int, dict]:
     """Queue a copy of any run's config, with changes; returns (new run id, changes).
 
     The copy keeps the priority and the notifier; it waits for nothing (--after is
-    not copied).
+    not copied). Validated as submit does (``host`` too).
     """
     run = store.run(ref)
-    config = apply_settings(run["config"], settings)
+    config = apply_settings(run["config"], settings, host=host)
     changes = config_diff(run["config"], config)
     new_id = store.add_run(config, name=config.get("name"), priority=run.get("priority") or 0,
                            notify=run.get("notify"))
@@ -126,12 +128,18 @@ def _restart_after(store, run: dict) -> tuple[int | None, str]:
     return dep, f"; after run {dep}"
 
 
-def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, int]]:
+def restart_runs(store, refs, *, all_failed: bool = False, host=None,
+                 refused: Callable[[dict, str], None] | None = None) -> list[tuple[int, int]]:
     """Queue a new run from each ended run named, and each failed one with ``all_failed``.
 
     pueue's restart without --in-place: the old run and its steps stay as they
     were; the new one copies its config, name, priority and notifier, and
     remembers where it came from (``restart_of``). Returns (old id, new id) pairs.
+
+    Each config goes through submit's validation again (``host`` too), so a run that
+    failed because it could never run is not queued again: a run named is refused
+    (BadInput, nothing queued); with ``all_failed`` one found is passed over and
+    ``refused(run, why)`` told.
     """
     if not refs and not all_failed:
         raise BadInput("give the runs to restart, or --all-failed")
@@ -141,9 +149,20 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
         if run["status"] not in FINISHED:
             raise BadInput(f"run {run['id']} is {run['status']}: only an ended run can be "
                            "restarted")
+        _revalidate(run, host)
         runs.append(run)
     if all_failed:
-        runs += _failed_runs(store)
+        named = {r["id"] for r in runs}
+        for run in _failed_runs(store):
+            if run["id"] in named:
+                continue
+            try:
+                _revalidate(run, host)
+            except BadInput as exc:
+                if refused is not None:
+                    refused(run, str(exc))
+                continue
+            runs.append(run)
     pairs: list[tuple[int, int]] = []
     for run in sorted({r["id"]: r for r in runs}.values(), key=lambda r: r["id"]):
         after, after_text = _restart_after(store, run)
@@ -156,6 +175,14 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
                         data={"from": run["id"], "after": after})
         pairs.append((run["id"], new_id))
     return pairs
+
+
+def _revalidate(run: dict, host) -> None:
+    """A restart's config must still pass submit's validation (BadInput naming the run)."""
+    try:
+        validate(run["config"], host=host)
+    except BadInput as exc:
+        raise BadInput(f"run {run['id']} not restarted: {exc}") from None
 
 
 # === resume (issue 26) =======================================================
