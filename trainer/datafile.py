@@ -19,9 +19,9 @@ from trainer.ownership import NotOurs, open_regular
 
 #: The largest data file read unless ``--max-data-bytes`` says otherwise: 256 MiB. The
 #: fine-tuning sets this trainer is for are tens of MB (NSMC's training set 14.6 MB,
-#: Alpaca 22 MB, Dolly 13 MB), and the trainer holds about 6 bytes of memory per byte of
-#: text while it reads, tokenizes and packs it (bench/trainer_data_memory.py), so the
-#: default keeps the data under about 1.6 GB of a host's memory.
+#: Alpaca 22 MB, Dolly 13 MB), and the trainer holds 7 to 9 bytes of memory per byte of
+#: text while it reads, tokenizes and packs it (``bench/trainer_data_bounds.py data``), so
+#: the default keeps a data set under about 2 GB of the host's memory.
 MAX_DATA_BYTES = 256 << 20
 #: The longest line (one example) a data file may have: 1 MiB, past the positions of any
 #: model the trainer builds (llama-3.1-8b-mini's 131,072 at about 4 bytes a token is 512
