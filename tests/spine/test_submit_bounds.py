@@ -17,23 +17,15 @@ import pytest
 
 from daemon.errors import BadInput
 from daemon.run.spec import trainer_argv, validate
+from tests import model_configs as configs
 from tests.conftest import REPO, bound_by_mode_bits, needs_mode_bits
+from tests.model_configs import LLAMA_405B, TINY
 
-TINY = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
-        "intermediate_size": 176, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "vocab_size": 128, "max_position_embeddings": 256}
-LLAMA_405B = {**TINY, "num_hidden_layers": 126, "hidden_size": 16384,
-              "intermediate_size": 53248, "num_attention_heads": 128, "num_key_value_heads": 8,
-              "vocab_size": 128256, "max_position_embeddings": 131072}
 RUN = {"cards": 1, "resident": 0, "steps": 5}
 
 
-def model_folder(tmp_path, config, name="model"):
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "config.json").write_bytes(config if isinstance(config, bytes)
-                                         else json.dumps(config).encode())
-    return str(folder)
+def model_folder(tmp_path, config) -> str:
+    return str(configs.model_folder(tmp_path, config))
 
 
 def local(memory_bytes: int | None):
