@@ -63,6 +63,10 @@ class Source:
     def texts(self) -> list[str]:
         return [e.prompt + e.answer for e in self.examples]
 
+    def sample(self, rows: torch.Tensor) -> Source:
+        """The same source with only these examples, in this order."""
+        return Source(self.kind, self.path, [self.examples[i] for i in rows.tolist()])
+
 
 @dataclass
 class MicroBatch:
@@ -91,6 +95,17 @@ def open_source(spec: str, max_bytes: int = MAX_DATA_BYTES, option: str = "--dat
         path = Path(spec.removeprefix("jsonl:")).expanduser()
         return Source("jsonl", path, read_jsonl(path, max_bytes, option))
     raise UsageError(f"unknown data {spec!r}: give synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file")
+
+
+def open_eval_source(spec: str | None, max_bytes: int, training: Source) -> Source | None:
+    """What ``--eval-data`` names (None: nothing), of the training data's kind."""
+    if spec is None:
+        return None
+    source = open_source(spec, max_bytes, "--eval-data")
+    if (source.kind == "synthetic") != (training.kind == "synthetic"):
+        raise UsageError(f"--eval-data {spec}: synthetic held-out data goes with synthetic "
+                         f"training data only, text with text")
+    return source
 
 
 def read_nsmc(path: Path, max_bytes: int = MAX_DATA_BYTES, option: str = "--data"

@@ -104,7 +104,7 @@ class Recipe:
         Placement.plan(self.spec.layers, len(self.backends), cfg.resident_layers, tied=False)
         self.check_memory()
         self.source = data.open_source(cfg.data, cfg.max_data_bytes)
-        eval_source = self.open_eval_source()
+        eval_source = data.open_eval_source(cfg.eval_data, cfg.max_data_bytes, self.source)
         self.tokenizer = None
         if self.source.kind != "synthetic":
             if self.spec.folder is not None:
@@ -129,36 +129,14 @@ class Recipe:
             rows, held = data.hold_out(rows, cfg.eval_split, cfg.seed, cfg.micro_batch)
             held = held[self.evaluated(len(held))]
         elif eval_source is not None:
-            held = self.eval_rows(eval_source, vocab)
+            if eval_source.kind != "synthetic":  # drawn before they are tokenized
+                eval_source = eval_source.sample(self.evaluated(len(eval_source.examples)))
+            held = data.encoded(eval_source, self.tokenizer, cfg.seq_len, cfg.seed, vocab,
+                                draw=cfg.seed)
         if held is not None:
             self.eval_examples = len(held)
             self.eval_set = data.EvalSet(held, cfg.micro_batch)
         self.batches = data.Batches(rows, cfg.micro_batch, cfg.seed)
-
-    def open_eval_source(self):
-        """``--eval-data`` read (before any tokenizer is trained: a bad file is refused
-        first), or None."""
-        from trainer import data
-
-        cfg = self.cfg
-        if cfg.eval_data is None:
-            return None
-        source = data.open_source(cfg.eval_data, cfg.max_data_bytes, "--eval-data")
-        if (source.kind == "synthetic") != (self.source.kind == "synthetic"):
-            raise UsageError(f"--eval-data {cfg.eval_data}: synthetic held-out data goes "
-                             f"with synthetic training data only, text with text")
-        return source
-
-    def eval_rows(self, source, vocab: int):
-        """``--eval-data``'s examples as rows: at most ``--eval-max-examples`` of them, drawn
-        before they are tokenized."""
-        from trainer import data
-
-        cfg = self.cfg
-        if source.kind != "synthetic":
-            source.examples = [source.examples[i]
-                               for i in self.evaluated(len(source.examples)).tolist()]
-        return data.encoded(source, self.tokenizer, cfg.seq_len, cfg.seed, vocab, draw=cfg.seed)
 
     def evaluated(self, examples: int):
         """Which held-out examples are evaluated: all, or a seeded draw (said in a line)."""
