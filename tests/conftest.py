@@ -86,3 +86,49 @@ def claim_as_saved(store, run_id: int, folder, files: dict | None = None) -> Non
     folder.mkdir(parents=True, exist_ok=True)
     owner = ownership.Owner(str(run_id), store.home_id)
     ownership.write_info(folder, {"owner": owner.as_dict(), "files": files or {}})
+
+
+# === a folder whose mode bits stop the tests' own user ========================
+# A folder of mode 000 stops every user but root, and nobody cannot run this venv's python
+# (it lies under /root here), so the tests of unreadable paths run their subprocess as root
+# without the two capabilities that take root past mode bits (CAP_DAC_OVERRIDE and
+# CAP_DAC_READ_SEARCH, dropped from setpriv's bounding set); as another user, as it is.
+_BOUND_BY_MODE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+
+
+def _mode_bits_bind() -> bool:
+    import subprocess
+
+    if os.geteuid() != 0:
+        return True
+    try:
+        return subprocess.run([*_BOUND_BY_MODE, "true"], check=False, timeout=10,
+                              capture_output=True).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+needs_mode_bits = pytest.mark.skipif(
+    not _mode_bits_bind(),
+    reason="root past mode bits: dropping CAP_DAC_OVERRIDE needs setpriv and CAP_SETPCAP")
+
+
+def bound_by_mode_bits(argv: list[str]) -> list[str]:
+    """``argv`` run so that a folder's mode bits stop it as they stop any user."""
+    return [*_BOUND_BY_MODE, *argv] if os.geteuid() == 0 else list(argv)
+
+
+@pytest.fixture
+def locked_dir(tmp_path):
+    """A folder of mode 000 holding a JSONL data file, a model folder and a folder: any path
+    under it cannot be read by a process ``bound_by_mode_bits``."""
+    import json
+
+    locked = tmp_path / "locked"
+    (locked / "model").mkdir(parents=True)
+    (locked / "model" / "config.json").write_text("{}")
+    (locked / "out").mkdir()
+    (locked / "data.jsonl").write_text(json.dumps({"text": "hello"}) + "\n")
+    locked.chmod(0)
+    yield locked
+    locked.chmod(0o700)

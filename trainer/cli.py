@@ -26,6 +26,8 @@ import sys
 import traceback
 
 from trainer import ownership
+from trainer.config import MAX_EVAL_EXAMPLES
+from trainer.datafile import MAX_DATA_BYTES, MAX_LINE_BYTES
 from trainer.errors import Cancelled, DeviceOutOfMemory, Preempted, TrainerError, UsageError
 from trainer.records import EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_USAGE, End, RecordWriter
 
@@ -75,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-grad-norm", type=float, default=1.0, help="0 turns clipping off")
     t.add_argument("--data", default="synthetic",
                    help="synthetic, nsmc:PATH, jsonl:PATH or PATH.jsonl")
+    t.add_argument("--max-data-bytes", type=int, default=MAX_DATA_BYTES, metavar="N",
+                   help="refuse a --data or --eval-data file larger than this (default "
+                        f"{MAX_DATA_BYTES >> 20} MiB); read a line at a time, each at most "
+                        f"{MAX_LINE_BYTES >> 20} MiB")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=None,
                    help="host threads for torch (default: torch's own, or $OMP_NUM_THREADS)")
@@ -126,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--eval-every", type=int, default=None, metavar="N",
                    help="the held-out loss every N main steps (default: before the first and "
                         "after the last only)")
+    e.add_argument("--eval-max-examples", type=int, default=MAX_EVAL_EXAMPLES, metavar="N",
+                   help="evaluate at most N held-out examples, a seeded draw past it (default "
+                        f"{MAX_EVAL_EXAMPLES})")
     t.set_defaults(func=cmd_train)
 
     c = sub.add_parser("check", help="compare one forward and backward on a backend with CPU fp32",
@@ -231,7 +240,8 @@ def cmd_train(args) -> int:
         keep_checkpoints=args.keep_checkpoints, resume=args.resume,
         resume_foreign=args.resume_foreign,
         on_checkpoint_error=args.on_checkpoint_error, eval_data=args.eval_data,
-        eval_split=args.eval_split, eval_every=args.eval_every)
+        eval_split=args.eval_split, eval_every=args.eval_every,
+        eval_max_examples=args.eval_max_examples, max_data_bytes=args.max_data_bytes)
     recipe = None
 
     def end(status: str, error: str | None = None, **data) -> None:

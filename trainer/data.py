@@ -15,19 +15,28 @@ shifted; the model's loss function shifts them.
   towards ln(4) as the model learns the chain. No tokenizer needed.
 
 The order of examples comes from ``--seed``: a fresh permutation each epoch.
+
+Files are read a line at a time within ``--max-data-bytes`` (trainer/datafile.py), and
+tokenized a chunk of examples at a time into one packed buffer of token rows
+(``Encoded``): memory grows with the data's tokens, not with examples x ``--seq-len``,
+and each padded micro-batch is made when it is used.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from trainer import datafile
+from trainer.datafile import MAX_DATA_BYTES
 from trainer.errors import UsageError
+from trainer.modelconfig import MAX_TRAINED_VOCAB
 
 SYNTHETIC_VOCAB = 128
 SYNTHETIC_BRANCHING = 4
@@ -54,6 +63,10 @@ class Source:
     def texts(self) -> list[str]:
         return [e.prompt + e.answer for e in self.examples]
 
+    def sample(self, rows: torch.Tensor) -> Source:
+        """The same source with only these examples, in this order."""
+        return Source(self.kind, self.path, [self.examples[i] for i in rows.tolist()])
+
 
 @dataclass
 class MicroBatch:
@@ -71,23 +84,34 @@ class MicroBatch:
         return self.input_ids.numel()
 
 
-def open_source(spec: str) -> Source:
+def open_source(spec: str, max_bytes: int = MAX_DATA_BYTES, option: str = "--data") -> Source:
+    """What ``spec`` names, read within ``max_bytes`` (UsageError, one line, otherwise)."""
     if spec == "synthetic":
         return Source("synthetic", None, [])
     if spec.startswith("nsmc:"):
         path = Path(spec[5:]).expanduser()
-        return Source("nsmc", path, read_nsmc(path))
+        return Source("nsmc", path, read_nsmc(path, max_bytes, option))
     if spec.startswith("jsonl:") or spec.endswith(".jsonl"):
         path = Path(spec.removeprefix("jsonl:")).expanduser()
-        return Source("jsonl", path, read_jsonl(path))
+        return Source("jsonl", path, read_jsonl(path, max_bytes, option))
     raise UsageError(f"unknown data {spec!r}: give synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file")
 
 
-def read_nsmc(path: Path) -> list[Example]:
-    if not path.is_file():
-        raise UsageError(f"NSMC file not found: {path}")
-    with path.open(encoding="utf-8") as f:
-        examples = read_nsmc_lines(f)
+def open_eval_source(spec: str | None, max_bytes: int, training: Source) -> Source | None:
+    """What ``--eval-data`` names (None: nothing), of the training data's kind."""
+    if spec is None:
+        return None
+    source = open_source(spec, max_bytes, "--eval-data")
+    if (source.kind == "synthetic") != (training.kind == "synthetic"):
+        raise UsageError(f"--eval-data {spec}: synthetic held-out data goes with synthetic "
+                         f"training data only, text with text")
+    return source
+
+
+def read_nsmc(path: Path, max_bytes: int = MAX_DATA_BYTES, option: str = "--data"
+              ) -> list[Example]:
+    rows = (text for _, text in datafile.lines(path, max_bytes=max_bytes, option=option))
+    examples = read_nsmc_lines(rows)
     if not examples:
         raise UsageError(f"no NSMC rows (id<TAB>document<TAB>label) in {path}")
     return examples
@@ -106,25 +130,23 @@ def read_nsmc_lines(lines) -> list[Example]:
     return examples
 
 
-def read_jsonl(path: Path) -> list[Example]:
-    if not path.is_file():
-        raise UsageError(f"JSONL file not found: {path}")
+def read_jsonl(path: Path, max_bytes: int = MAX_DATA_BYTES, option: str = "--data"
+               ) -> list[Example]:
     examples = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                raise UsageError(f"{path}:{n}: not JSON") from None
-            if isinstance(obj, dict) and isinstance(obj.get("prompt"), str) \
-                    and isinstance(obj.get("response"), str):
-                examples.append(Example(obj["prompt"], obj["response"]))
-            elif isinstance(obj, dict) and isinstance(obj.get("text"), str):
-                examples.append(Example("", obj["text"]))
-            else:
-                raise UsageError(f"{path}:{n}: needs \"prompt\" and \"response\", or \"text\"")
+    for n, line in datafile.lines(path, max_bytes=max_bytes, option=option):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            raise UsageError(f"{path}:{n}: not JSON") from None
+        if isinstance(obj, dict) and isinstance(obj.get("prompt"), str) \
+                and isinstance(obj.get("response"), str):
+            examples.append(Example(obj["prompt"], obj["response"]))
+        elif isinstance(obj, dict) and isinstance(obj.get("text"), str):
+            examples.append(Example("", obj["text"]))
+        else:
+            raise UsageError(f"{path}:{n}: needs \"prompt\" and \"response\", or \"text\"")
     if not examples:
         raise UsageError(f"no examples in {path}")
     return examples
@@ -132,22 +154,106 @@ def read_jsonl(path: Path) -> list[Example]:
 
 # === Encoding ================================================================
 
+#: Examples tokenized in one call: the tokenizer's batch output (an object per example with
+#: its tokens, offsets and masks) costs hundreds of bytes a token, so it is never made for
+#: the whole set at once.
+ENCODE_CHUNK = 1024
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Examples as rows of tokens, packed end to end in one buffer.
+
+    Row ``i`` is ``tokens[starts[i]:starts[i + 1]]`` (at most ``seq_len`` tokens) and its
+    loss is on its tokens from ``label_from[i]`` on. ``micro_batch`` pads the rows it is
+    asked for to ``[B, seq_len]`` when they are used, so the set costs its tokens' 4 bytes
+    each, not 16 bytes for every position of every padded row.
+    """
+
+    tokens: torch.Tensor  # [T] int32
+    starts: torch.Tensor  # [N + 1] int64
+    label_from: torch.Tensor  # [N] int64
+    seq_len: int
+    pad_id: int
+
+    def __len__(self) -> int:
+        return self.label_from.shape[0]
+
+    @classmethod
+    def full_rows(cls, ids: torch.Tensor, pad_id: int) -> Encoded:
+        """Rows of ``seq_len`` tokens each with the loss on all of them (synthetic data)."""
+        n, seq_len = ids.shape
+        return cls(ids.reshape(-1).to(torch.int32), torch.arange(n + 1) * seq_len,
+                   torch.zeros(n, dtype=torch.long), seq_len, pad_id)
+
+    def __getitem__(self, rows: torch.Tensor) -> Encoded:
+        """These rows (a 1-D index tensor), in this order, packed anew."""
+        lengths = (self.starts[1:] - self.starts[:-1])[rows]
+        starts = torch.zeros(len(rows) + 1, dtype=torch.long)
+        starts[1:] = lengths.cumsum(0)
+        offsets = torch.arange(int(starts[-1])) - starts[:-1].repeat_interleave(lengths)
+        picked = self.starts[:-1][rows].repeat_interleave(lengths) + offsets
+        return Encoded(self.tokens[picked], starts, self.label_from[rows], self.seq_len,
+                       self.pad_id)
+
+    @property
+    def label_tokens(self) -> int:
+        """Positions that carry loss once the labels are shifted by one (``MicroBatch``'s)."""
+        lengths = self.starts[1:] - self.starts[:-1]
+        return int((lengths - self.label_from.clamp(min=1)).clamp(min=0).sum())
+
+    def dense(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids and labels of these rows, ``[len(rows), seq_len]``, right-padded."""
+        ids = torch.full((len(rows), self.seq_len), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), self.seq_len), -100, dtype=torch.long)
+        for i, r in enumerate(rows.tolist()):
+            row = self.tokens[self.starts[r]: self.starts[r + 1]].long()
+            first = int(self.label_from[r])
+            ids[i, : len(row)] = row
+            labels[i, first: len(row)] = row[first:]
+        return ids, labels
+
+    def micro_batch(self, rows: torch.Tensor, no_loss: int = 0) -> MicroBatch:
+        """These rows as a micro-batch; its last ``no_loss`` rows carry no loss (a fill)."""
+        ids, labels = self.dense(rows)
+        if no_loss:
+            labels[-no_loss:] = -100
+        # Attend to everything up to the last real token of each row.
+        real = (labels != -100) | (ids != self.pad_id)
+        last = torch.where(real, torch.arange(ids.shape[1]), -1).max(dim=1).values
+        mask = (torch.arange(ids.shape[1])[None, :] <= last[:, None]).long()
+        return MicroBatch(ids, mask, labels)
+
+
+def pack(examples: list[Example], tokenizer, seq_len: int) -> Encoded:
+    """Every example as one row: ``[bos] prompt answer eos``, the prompt cut from the left
+    to fit ``seq_len``, the loss on the answer and the end token; tokenized a chunk at a time."""
+    bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+    head = [bos] if bos is not None else []
+    tokens, starts, label_from = array("i"), array("q", [0]), array("q")
+    for lo in range(0, len(examples), ENCODE_CHUNK):
+        chunk = examples[lo: lo + ENCODE_CHUNK]
+        prompts = tokenizer([e.prompt for e in chunk], add_special_tokens=False)["input_ids"]
+        answers = tokenizer([e.answer for e in chunk], add_special_tokens=False)["input_ids"]
+        for p, a in zip(prompts, answers):
+            a = (a + [eos])[: seq_len - len(head) - 1]
+            p = p[max(0, len(p) - (seq_len - len(head) - len(a))):]
+            label_from.append(len(head) + len(p))
+            tokens.extend(head + p + a)
+            starts.append(len(tokens))
+    return Encoded(_tensor(tokens, torch.int32), _tensor(starts, torch.long),
+                   _tensor(label_from, torch.long), seq_len, pad)
+
+
+def _tensor(values: array, dtype: torch.dtype) -> torch.Tensor:
+    return torch.frombuffer(values, dtype=dtype).clone() if len(values) else \
+        torch.empty(0, dtype=dtype)
+
 
 def encode(examples: list[Example], tokenizer, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids and labels, ``[N, seq_len]``, right-padded; the prompt is cut from the left."""
-    bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
-    prompts = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
-    answers = tokenizer([e.answer for e in examples], add_special_tokens=False)["input_ids"]
-    ids = torch.full((len(examples), seq_len), pad, dtype=torch.long)
-    labels = torch.full((len(examples), seq_len), -100, dtype=torch.long)
-    head = [bos] if bos is not None else []
-    for i, (p, a) in enumerate(zip(prompts, answers)):
-        a = (a + [eos])[: seq_len - len(head) - 1]
-        p = p[max(0, len(p) - (seq_len - len(head) - len(a))):]
-        row = head + p + a
-        ids[i, : len(row)] = torch.tensor(row)
-        labels[i, len(head) + len(p): len(row)] = torch.tensor(a)
-    return ids, labels
+    packed = pack(examples, tokenizer, seq_len)
+    return packed.dense(torch.arange(len(packed)))
 
 
 def synthetic(seq_len: int, vocab: int, seed: int, count: int = SYNTHETIC_POOL,
@@ -172,11 +278,10 @@ def synthetic(seq_len: int, vocab: int, seed: int, count: int = SYNTHETIC_POOL,
 class Batches:
     """An endless stream of micro-batches in a seeded order."""
 
-    def __init__(self, ids: torch.Tensor, labels: torch.Tensor, pad_id: int,
-                 micro_batch: int, seed: int):
-        if ids.shape[0] < micro_batch:
-            raise UsageError(f"only {ids.shape[0]} examples for micro-batches of {micro_batch}")
-        self.ids, self.labels, self.pad_id = ids, labels, pad_id
+    def __init__(self, encoded: Encoded, micro_batch: int, seed: int):
+        if len(encoded) < micro_batch:
+            raise UsageError(f"only {len(encoded)} examples for micro-batches of {micro_batch}")
+        self.encoded = encoded
         self.micro_batch, self.seed = micro_batch, seed
 
     def __iter__(self) -> Iterator[MicroBatch]:
@@ -185,46 +290,33 @@ class Batches:
     @property
     def per_epoch(self) -> int:
         """Micro-batches in one pass over the examples (a last partial one is dropped)."""
-        return self.ids.shape[0] // self.micro_batch
+        return len(self.encoded) // self.micro_batch
 
     def stream(self, skip: int = 0) -> Iterator[MicroBatch]:
         """The stream from its ``skip``-th micro-batch on: where a resumed pass goes on."""
         epoch, first = divmod(skip, self.per_epoch)
         while True:
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            order = torch.randperm(self.ids.shape[0], generator=gen)
+            order = torch.randperm(len(self.encoded), generator=gen)
             for start in range(first * self.micro_batch, len(order) - self.micro_batch + 1,
                                self.micro_batch):
-                yield _micro_batch(self.ids, self.labels, self.pad_id,
-                                   order[start: start + self.micro_batch])
+                yield self.encoded.micro_batch(order[start: start + self.micro_batch])
             epoch, first = epoch + 1, 0
-
-
-def _micro_batch(all_ids: torch.Tensor, all_labels: torch.Tensor, pad_id: int,
-                 rows: torch.Tensor) -> MicroBatch:
-    ids, labels = all_ids[rows], all_labels[rows]
-    # Attend to everything up to the last real token of each row.
-    real = (labels != -100) | (ids != pad_id)
-    last = torch.where(real, torch.arange(ids.shape[1]), -1).max(dim=1).values
-    mask = (torch.arange(ids.shape[1])[None, :] <= last[:, None]).long()
-    return MicroBatch(ids, mask, labels)
 
 
 def make_batches(source: Source, tokenizer, seq_len: int, micro_batch: int, seed: int,
                  vocab: int) -> Batches:
-    ids, labels, pad_id = encoded(source, tokenizer, seq_len, seed, vocab)
-    return Batches(ids, labels, pad_id, micro_batch, seed)
+    return Batches(encoded(source, tokenizer, seq_len, seed, vocab), micro_batch, seed)
 
 
 def encoded(source: Source, tokenizer, seq_len: int, seed: int, vocab: int,
-            draw: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(token ids, labels, pad id) of every example, one row each (``draw``: see synthetic)."""
+            draw: int | None = None) -> Encoded:
+    """Every example of ``source``, one row each (``draw``: see synthetic)."""
     if source.kind == "synthetic":
-        ids, labels = synthetic(seq_len, vocab, seed, count=SYNTHETIC_EVAL if draw is not None
-                                else SYNTHETIC_POOL, draw=draw)
-        return ids, labels, -1
-    ids, labels = encode(source.examples, tokenizer, seq_len)
-    return ids, labels, tokenizer.pad_token_id
+        ids, _ = synthetic(seq_len, vocab, seed, count=SYNTHETIC_EVAL if draw is not None
+                           else SYNTHETIC_POOL, draw=draw)
+        return Encoded.full_rows(ids, pad_id=-1)
+    return pack(source.examples, tokenizer, seq_len)
 
 
 # === Held-out data ===========================================================
@@ -233,41 +325,63 @@ def encoded(source: Source, tokenizer, seq_len: int, seed: int, vocab: int,
 SYNTHETIC_EVAL = 256
 
 
-def hold_out(ids: torch.Tensor, labels: torch.Tensor, fraction: float, seed: int,
-             micro_batch: int) -> tuple[tuple[torch.Tensor, torch.Tensor],
-                                        tuple[torch.Tensor, torch.Tensor]]:
-    """((train ids, labels), (held-out ids, labels)): a seeded ``fraction`` of the examples
-    held out, disjoint by example (a row is one example)."""
-    n = ids.shape[0]
+def hold_out(encoded: Encoded, fraction: float, seed: int, micro_batch: int
+             ) -> tuple[Encoded, Encoded]:
+    """(training rows, held-out rows): a seeded ``fraction`` of the examples held out,
+    disjoint by example (a row is one example)."""
+    n = len(encoded)
     held = max(1, round(n * fraction))
     if n - held < micro_batch:
         raise UsageError(f"--eval-split {fraction} of {n} examples leaves {n - held} to train "
                          f"on, fewer than a micro-batch of {micro_batch}")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 - 1))
     test, train = order[:held].sort().values, order[held:].sort().values
-    return (ids[train], labels[train]), (ids[test], labels[test])
+    return encoded[train], encoded[test]
 
 
-def eval_batches(ids: torch.Tensor, labels: torch.Tensor, pad_id: int,
-                 micro_batch: int) -> list[MicroBatch]:
-    """Every held-out example once, in order, in micro-batches of the training shape.
+def eval_rows(n: int, most: int, seed: int) -> torch.Tensor:
+    """Which of ``n`` held-out examples are evaluated, in order: all of them, or a seeded
+    draw of ``most`` (the same draw at every evaluation of the run)."""
+    if n <= most:
+        return torch.arange(n)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 - 2))
+    return order[:most].sort().values
+
+
+class EvalSet:
+    """Every held-out example once, in order, in micro-batches of the training shape, each
+    made as it is used.
 
     The last one is filled up with rows that carry no loss (labels -100), so a
     card runs the graph it compiled for training, and the mean is unchanged.
     """
-    n = ids.shape[0]
-    rows = torch.arange(n)
-    fill = (-n) % micro_batch
-    if fill:
-        ids = torch.cat([ids, ids[:1].expand(fill, -1)])
-        labels = torch.cat([labels, torch.full((fill, labels.shape[1]), -100,
-                                               dtype=labels.dtype)])
-        rows = torch.arange(n + fill)
-    return [_micro_batch(ids, labels, pad_id, rows[i: i + micro_batch])
-            for i in range(0, len(rows), micro_batch)]
+
+    def __init__(self, encoded: Encoded, micro_batch: int):
+        self.encoded, self.micro_batch = encoded, micro_batch
+
+    @property
+    def examples(self) -> int:
+        return len(self.encoded)
+
+    @property
+    def label_tokens(self) -> int:
+        return self.encoded.label_tokens
+
+    def __len__(self) -> int:
+        """Micro-batches in one evaluation."""
+        return math.ceil(len(self.encoded) / self.micro_batch)
+
+    def __iter__(self) -> Iterator[MicroBatch]:
+        n, size = len(self.encoded), self.micro_batch
+        for start in range(0, n, size):
+            rows = torch.arange(start, min(start + size, n))
+            fill = size - len(rows)
+            if fill:  # the first row again, without loss
+                rows = torch.cat([rows, torch.zeros(fill, dtype=torch.long)])
+            yield self.encoded.micro_batch(rows, no_loss=fill)
 
 
 def tokenizer_vocab(texts: list[str]) -> int:
-    """A BPE vocabulary size that suits the amount of text: 512 to 4096."""
+    """A BPE vocabulary size that suits the amount of text: 512 to MAX_TRAINED_VOCAB."""
     chars = sum(len(t) for t in texts)
-    return int(min(4096, max(512, 2 ** round(math.log2(max(chars, 1) / 100)))))
+    return int(min(MAX_TRAINED_VOCAB, max(512, 2 ** round(math.log2(max(chars, 1) / 100)))))

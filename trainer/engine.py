@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -383,14 +383,17 @@ class LayerEngine:
 
     # --- the held-out loss ---------------------------------------------------
 
-    def evaluate(self, batches: list[MicroBatch]) -> tuple[float, int]:
+    def evaluate(self, batches: Iterable[MicroBatch],
+                 label_tokens: int | None = None) -> tuple[float, int]:
         """(mean loss over ``batches``' label tokens, those tokens): forward only, no update.
 
         The same path as a step's forward, on the same cards: the offloaded
         layers' compute copies get the masters first (a step uploads them at its
-        start, so after an update they are one step old).
+        start, so after an update they are one step old). ``label_tokens``: their
+        count, given when ``batches`` is a stream read once.
         """
-        label_tokens = sum(mb.label_tokens for mb in batches)
+        if label_tokens is None:
+            label_tokens = sum(mb.label_tokens for mb in batches)
         cards = range(len(self.backends))
         with torch.no_grad(), self._guard("eval", cards):
             for s in self.slots:

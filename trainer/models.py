@@ -17,36 +17,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trainer import modelconfig
 from trainer.errors import UsageError
 
-# Named configs: (family, keyword arguments). ``vocab_size`` is filled in from
-# the tokenizer (or the synthetic data's vocabulary) when the model is built.
-NAMED = {
-    # The demo and test model: 4 layers, hidden 64, grouped-query attention.
-    "tiny-llama": ("llama", {
-        "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 4,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
-        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
-    }),
-    # Qwen2 family: q/k/v biases, tied embedding and head (as Qwen2-0.5B).
-    "tiny-qwen2": ("qwen2", {
-        "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 4,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
-        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True,
-    }),
-    # Llama-3.1-8B's layer structure scaled down: same 4:1 grouped-query
-    # attention, MLP ratio 3.5, rope theta 500000 with llama3 rope scaling,
-    # rms eps 1e-5, untied head; 8 layers of hidden 256 instead of 32 of 4096.
-    "llama-3.1-8b-mini": ("llama", {
-        "hidden_size": 256, "intermediate_size": 896, "num_hidden_layers": 8,
-        "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 131072,
-        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
-        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    }),
-}
-
-FAMILIES = ("llama", "qwen2")
+#: The named configs and the families the trainer builds: torch-free, so `submit` reads them too.
+NAMED, FAMILIES = modelconfig.NAMED, modelconfig.FAMILIES
 
 
 @dataclass
@@ -55,15 +30,13 @@ class ModelSpec:
 
     name: str
     folder: Path | None  # None for a named config
+    #: Its sizes, read without building it (a folder's config.json checked and bounded).
+    architecture: modelconfig.Architecture
 
     @property
     def layers(self) -> int:
         """Decoder layers, read from the config without building the model."""
-        if self.folder is None:
-            return NAMED[self.name][1]["num_hidden_layers"]
-        import json
-
-        return int(json.loads((self.folder / "config.json").read_text())["num_hidden_layers"])
+        return self.architecture.layers
 
     @property
     def has_tokenizer(self) -> bool:
@@ -73,15 +46,20 @@ class ModelSpec:
 
 
 def resolve(name: str) -> ModelSpec:
-    """A named config, or an existing folder with a config.json."""
+    """A named config, or an existing folder with a valid config.json (UsageError, one line,
+    for a folder that cannot be read or a config.json that is not one)."""
     if name in NAMED:
-        return ModelSpec(name, None)
+        return ModelSpec(name, None, modelconfig.named(name))
     folder = Path(name).expanduser()
-    if folder.is_dir() and (folder / "config.json").exists():
-        return ModelSpec(name, folder)
-    raise UsageError(
-        f"unknown model {name!r}: give one of {', '.join(NAMED)} or a folder with config.json"
-    )
+    try:
+        found = folder.is_dir() and (folder / modelconfig.CONFIG_NAME).exists()
+    except OSError as exc:  # a folder above it this user cannot search
+        raise UsageError(f"--model {name}: {exc.strerror}") from None
+    if not found:
+        raise UsageError(
+            f"unknown model {name!r}: give one of {', '.join(NAMED)} or a folder with "
+            f"config.json")
+    return ModelSpec(name, folder, modelconfig.read(folder))
 
 
 def build(spec: ModelSpec, vocab_size: int | None, seed: int) -> nn.Module:

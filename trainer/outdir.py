@@ -309,11 +309,12 @@ class OutputFolder:
                   "bytes": size, "seconds": round(seconds, 3)}))
         return path
 
-    def preempt(self, passes) -> Preempted:
-        """SIGTERM after a whole step: a checkpoint of now (when a pass has moved since the
-        last one), then the Preempted the trainer ends with."""
+    def preempt(self, passes, during: str | None = None) -> Preempted:
+        """SIGTERM after a whole step (or ``during`` an evaluation): a checkpoint of now
+        (when a pass has moved since the last one), then the Preempted the trainer ends with."""
         path = self.checkpoint(passes) if passes else self.newest
-        where = (f"after main step {_main(passes).steps_done}" if passes
+        where = (f"during {during}" if during
+                 else f"after main step {_main(passes).steps_done}" if passes
                  else "before the first step")
         if path is None:
             return Preempted(f"stopped by SIGTERM {where}; no checkpoint to resume from",

@@ -91,16 +91,18 @@ def check_stat(path: Path, st: os.stat_result, what: str, *,
 
 
 def open_regular(path: Path, flags: int = os.O_RDONLY, *, mode: int = 0o600,
-                 what: str = "file") -> int:
+                 what: str = "file", follow: bool = False) -> int:
     """An fd of the regular file at ``path`` (made with ``mode`` under ``os.O_CREAT``),
-    opened without following a final symbolic link and without blocking on a FIFO or a
-    device; NotOurs (one line) for anything else. The daemon opens every file under a run's
-    folder so: a link planted there would have it write, or read out, another file."""
+    opened without blocking on a FIFO or a device and, unless ``follow`` (a model folder
+    or a data set a user links to), without following a final symbolic link; NotOurs (one
+    line) for anything else. The daemon opens every file under a run's folder so: a link
+    planted there would have it write, or read out, another file."""
     path = Path(path)
+    nofollow = 0 if follow else os.O_NOFOLLOW
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        fd = os.open(path, flags | nofollow | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
-        if os.path.islink(path):
+        if not follow and os.path.islink(path):
             raise NotOurs(f"{path}: a symbolic link, not a {what}: remove it") from None
         raise NotOurs(f"{path}: {exc.strerror}") from None
     st = os.fstat(fd)
@@ -112,11 +114,11 @@ def open_regular(path: Path, flags: int = os.O_RDONLY, *, mode: int = 0o600,
 
 
 def read_regular(path: Path, *, max_bytes: int, what: str = "file",
-                 private: bool = False) -> bytes:
+                 private: bool = False, follow: bool = False) -> bytes:
     """The bytes of a regular file (``open_regular``), never more than ``max_bytes``; with
     ``private``, only a file check_private allows. Else NotOurs (one line)."""
     path = Path(path)
-    fd = open_regular(path, what=what)
+    fd = open_regular(path, what=what, follow=follow)
     try:
         st = os.fstat(fd)
         if private:
@@ -177,15 +179,18 @@ def unusable_output(text: str, *, home: Path | None = None) -> str | None:
 
 def writable_ancestor(path: Path) -> str | None:
     """Why a folder could not be made or written at ``path`` by this user, or None."""
-    probe = Path(os.path.abspath(path))
-    while not probe.exists():
+    target = probe = Path(os.path.abspath(path))
+    # os.path, not Path: under a folder this user cannot search, Path.exists raises.
+    while not os.path.lexists(probe):
         if probe.parent == probe:
             break
         probe = probe.parent
-    if not probe.is_dir():
+    if not os.path.isdir(probe):
         return f"{probe} is a file, not a folder"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"{probe} cannot be written by you"
+    if probe == target and not os.access(probe, os.R_OK):
+        return f"{probe} cannot be read by you"
     return None
 
 

@@ -13,6 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
+from trainer.errors import UsageError
+
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 TRAINER_VERSION = 1  # bump when the training recipe below changes
 
@@ -23,9 +25,14 @@ def default_cache_dir() -> Path:
 
 
 def from_folder(folder: Path):
+    """The model folder's own tokenizer; UsageError, one line, when it cannot be loaded."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(folder)
+    try:
+        tok = AutoTokenizer.from_pretrained(folder)
+    except Exception as exc:  # noqa: BLE001 - whatever the files make the loader raise
+        raise UsageError(f"--model {folder}: its tokenizer cannot be loaded "
+                         f"({_first_line(exc)})") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -41,8 +48,12 @@ def trained(texts: list[str], vocab_size: int, cache_dir: Path):
         digest.update(t.encode("utf-8"))
         digest.update(b"\n")
     folder = cache_dir / "tokenizers" / digest.hexdigest()[:16]
-    if (folder / "tokenizer.json").exists():
-        return PreTrainedTokenizerFast.from_pretrained(folder)
+    try:
+        if (folder / "tokenizer.json").exists():
+            return PreTrainedTokenizerFast.from_pretrained(folder)
+    except OSError as exc:
+        raise UsageError(f"tokenizer cache {cache_dir}: {exc.strerror or _first_line(exc)} "
+                         "(give --cache-dir a folder of your own)") from None
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -61,10 +72,20 @@ def trained(texts: list[str], vocab_size: int, cache_dir: Path):
     )
     # Write to a temporary folder first so a half-written cache is never read.
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    tok.save_pretrained(tmp)
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+        tok.save_pretrained(tmp)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UsageError(f"tokenizer cache {cache_dir}: {exc.strerror or _first_line(exc)} "
+                         "(give --cache-dir a folder you can write)") from None
     try:
         tmp.rename(folder)
     except OSError:  # another process made it first: theirs is identical
         shutil.rmtree(tmp, ignore_errors=True)
     return tok
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__

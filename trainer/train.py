@@ -100,7 +100,9 @@ class Recipe:
         self.backends = backends.parse(cfg.backend)
         # Refuse a placement that cannot be made before any record is written.
         Placement.plan(self.spec.layers, len(self.backends), cfg.resident_layers, tied=False)
-        self.source = data.open_source(cfg.data)
+        self.check_memory()
+        self.source = data.open_source(cfg.data, cfg.max_data_bytes)
+        eval_source = data.open_eval_source(cfg.eval_data, cfg.max_data_bytes, self.source)
         self.tokenizer = None
         if self.source.kind != "synthetic":
             if self.spec.folder is not None:
@@ -112,31 +114,53 @@ class Recipe:
                 cache = Path(cfg.cache_dir) if cfg.cache_dir else tokenizer.default_cache_dir()
                 t0 = time.perf_counter()
                 self.tokenizer = tokenizer.trained(texts, data.tokenizer_vocab(texts), cache)
+                del texts
                 log(f"tokenizer: {len(self.tokenizer)} tokens ({time.perf_counter() - t0:.2f} s)")
         if self.spec.folder is not None:
-            import json
-            vocab = json.loads((self.spec.folder / "config.json").read_text())["vocab_size"]
-            self.vocab = vocab
+            self.vocab = self.spec.architecture.vocab
         else:
             self.vocab = len(self.tokenizer) if self.tokenizer else data.SYNTHETIC_VOCAB
         vocab = min(self.vocab, data.SYNTHETIC_VOCAB)
-        ids, labels, pad = data.encoded(self.source, self.tokenizer, cfg.seq_len, cfg.seed, vocab)
+        rows = data.encoded(self.source, self.tokenizer, cfg.seq_len, cfg.seed, vocab)
         held = None
         if cfg.eval_split is not None:
-            (ids, labels), held = data.hold_out(ids, labels, cfg.eval_split, cfg.seed,
-                                                cfg.micro_batch)
-            held = (*held, pad)
-        elif cfg.eval_data is not None:
-            eval_source = data.open_source(cfg.eval_data)
-            if (eval_source.kind == "synthetic") != (self.source.kind == "synthetic"):
-                raise UsageError(f"--eval-data {cfg.eval_data}: synthetic held-out data goes "
-                                 f"with synthetic training data only, text with text")
+            rows, held = data.hold_out(rows, cfg.eval_split, cfg.seed, cfg.micro_batch)
+            held = held[self.evaluated(len(held))]
+        elif eval_source is not None:
+            if eval_source.kind != "synthetic":  # drawn before they are tokenized
+                eval_source = eval_source.sample(self.evaluated(len(eval_source.examples)))
             held = data.encoded(eval_source, self.tokenizer, cfg.seq_len, cfg.seed, vocab,
                                 draw=cfg.seed)
         if held is not None:
-            self.eval_examples = held[0].shape[0]
-            self.eval_set = data.eval_batches(*held, cfg.micro_batch)
-        self.batches = data.Batches(ids, labels, pad, cfg.micro_batch, cfg.seed)
+            self.eval_examples = len(held)
+            self.eval_set = data.EvalSet(held, cfg.micro_batch)
+        self.batches = data.Batches(rows, cfg.micro_batch, cfg.seed)
+
+    def evaluated(self, examples: int):
+        """Which held-out examples are evaluated: all, or a seeded draw (said in a line)."""
+        from trainer import data
+
+        most = self.cfg.eval_max_examples
+        if examples > most:
+            log(f"held-out loss over {most:,} of {examples:,} held-out examples (a seeded "
+                f"draw; --eval-max-examples)")
+        return data.eval_rows(examples, most, self.cfg.seed)
+
+    def check_memory(self) -> None:
+        """Refuse, before anything is allocated, a model the host cannot hold, by the step
+        model's figures (trainer/footprint.py); a named model at its largest vocabulary."""
+        from trainer import footprint
+
+        cfg = self.cfg
+        have = footprint.host_memory_bytes()
+        if have is None:
+            return
+        need = footprint.run_host_bytes(
+            self.spec.architecture, cards=len(self.backends), resident_per_card=cfg.resident_layers,
+            backend=cfg.backend, baseline=cfg.baseline, interleave=cfg.interleave)
+        problem = footprint.too_large(need, have, f"--model {cfg.model}")
+        if problem:
+            raise UsageError(problem)
 
     def build_engine(self, resident: int):
         from trainer import models
@@ -176,7 +200,7 @@ class Recipe:
         self.stop_if_asked([])
         if cfg.baseline and cfg.settle:
             self.settle(cfg.settle)
-        passes = [_Pass(self, *p) for p in plan]
+        passes = self.passes = [_Pass(self, *p) for p in plan]
         if resume is not None:
             self.outdir.position(resume, passes)
         if cfg.baseline and cfg.interleave:
@@ -229,20 +253,31 @@ class Recipe:
         if not all(q.done for q in passes):
             self.stop_if_asked(passes)
 
-    def stop_if_asked(self, passes: list[_Pass]) -> None:
+    def stop_if_asked(self, passes: list[_Pass], during: str | None = None) -> None:
         """SIGTERM: a checkpoint of where the passes are, then Preempted (Cancelled without
-        an output folder)."""
+        an output folder). ``during``: what it stopped in, when not between two steps."""
         if not self.should_stop():
             return
         if self.cfg.out:
-            raise self.outdir.preempt(passes)
-        raise Cancelled("stopped by SIGTERM after a whole step (no --out: no checkpoint)")
+            raise self.outdir.preempt(passes, during)
+        where = f"during {during}" if during else "after a whole step"
+        raise Cancelled(f"stopped by SIGTERM {where} (no --out: no checkpoint)")
 
     def evaluate(self, p: _Pass) -> None:
-        """The held-out loss of the pass now, as an ``eval`` record (outside every step)."""
+        """The held-out loss of the pass now, as an ``eval`` record (outside every step).
+        SIGTERM stops it between two micro-batches, as between two steps."""
         self.label = p.label
         t0 = time.perf_counter()
-        loss, tokens = p.engine.evaluate(self.eval_set)
+        try:
+            loss, tokens = p.engine.evaluate(self._until_stopped(),
+                                             label_tokens=self.eval_set.label_tokens)
+        except _StoppedInEval as stopped:
+            self.outdir.phases["eval_s"] += time.perf_counter() - t0
+            moved = any(q.steps_done for q in self.passes)
+            self.stop_if_asked(self.passes if moved else [], during=(
+                f"the held-out evaluation after main step {p.steps_done} (micro-batch "
+                f"{stopped.done + 1} of {len(self.eval_set)})"))
+            raise AssertionError("stopped without a stop asked") from None
         seconds = time.perf_counter() - t0
         self.outdir.phases["eval_s"] += seconds
         record = Eval(config_label=p.label, step=p.steps_done, loss=loss, tokens=tokens,
@@ -250,6 +285,13 @@ class Recipe:
         self.writer.write(record)
         log(f"{p.label} eval after step {p.steps_done}: loss {loss:.4f} "
             f"(perplexity {record.perplexity:.2f}) over {self.eval_examples} examples")
+
+    def _until_stopped(self):
+        """The held-out micro-batches while no stop is asked (checked before each)."""
+        for done, mb in enumerate(self.eval_set):
+            if self.should_stop():
+                raise _StoppedInEval(done)
+            yield mb
 
     def settle(self, cap: int) -> None:
         """Untimed steps on a throwaway all-offload model until the step time settles.
@@ -316,6 +358,14 @@ class Recipe:
     def event(self, name: str, message: str, data: dict | None = None) -> None:
         self.writer.write(Event(event=name, message=message,
                                 config_label=getattr(self, "label", None), data=data or {}))
+
+
+class _StoppedInEval(Exception):
+    """SIGTERM arrived during an evaluation, before its micro-batch ``done`` (from 0)."""
+
+    def __init__(self, done: int):
+        super().__init__(done)
+        self.done = done
 
 
 def _schedule(cfg: TrainConfig, steps: int):

@@ -6,17 +6,19 @@ launchers turn the config into the trainer's argv with ``trainer_argv``.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from daemon.errors import BadInput
+from trainer import datafile, modelconfig
 from trainer.config import default_baseline_steps
+from trainer.errors import UsageError
 from trainer.ownership import unusable_output
 
 #: Named model configs the trainer builds without a download, with their decoder
-#: layers (trainer/models.py NAMED; tests/spine/test_bad_input.py checks they agree).
-MODEL_LAYERS = {"tiny-llama": 4, "tiny-qwen2": 4, "llama-3.1-8b-mini": 8}
+#: layers (trainer/modelconfig.py NAMED, which the trainer builds from).
+MODEL_LAYERS = {name: kwargs["num_hidden_layers"]
+                for name, (_, kwargs) in modelconfig.NAMED.items()}
 KNOWN_MODELS = tuple(MODEL_LAYERS)
 
 DEFAULTS = {
@@ -44,6 +46,7 @@ DEFAULTS = {
     "eval_data": None,
     "eval_split": None,
     "eval_every": None,  # None: the held-out loss before the first step and after the last
+    "max_data_bytes": None,  # None: the trainer's (trainer/datafile.py MAX_DATA_BYTES)
 }
 
 #: The folder under a run's folder where its model and checkpoints go by default.
@@ -76,17 +79,28 @@ def _at_least(options: dict, key: str, low: float) -> None:
         raise BadInput(f"--{key.replace('_', '-')} must be <= {MOST}, got {value}")
 
 
-def _check_model(model: str) -> str:
+def _check_model(model: str) -> tuple[str, modelconfig.Architecture]:
+    """The model as the trainer will be given it, and its architecture (its config.json
+    read bounded and checked: the trainer's own reading, trainer/modelconfig.py)."""
     if model in KNOWN_MODELS:
-        return model
+        return model, modelconfig.named(model)
     path = Path(model).expanduser()
-    if path.is_dir() and (path / "config.json").exists():
-        return str(path.resolve())
-    raise BadInput(f"--model {model!r} is neither a known model ({', '.join(KNOWN_MODELS)}) "
-                   f"nor a folder with a config.json")
+    try:
+        found = path.is_dir() and (path / modelconfig.CONFIG_NAME).exists()
+    except OSError as exc:  # a folder above it that this user cannot search
+        raise BadInput(f"--model {model!r}: {exc.strerror}") from None
+    if not found:
+        raise BadInput(f"--model {model!r} is neither a known model "
+                       f"({', '.join(KNOWN_MODELS)}) nor a folder with a config.json")
+    try:
+        return str(path.resolve()), modelconfig.read(path)
+    except UsageError as exc:
+        raise BadInput(str(exc)) from None
 
 
-def _check_data(data: str, option: str = "--data") -> str:
+def _check_data(data: str, option: str = "--data", max_bytes: int | None = None) -> str:
+    """The data as the trainer will be given it; a file is read through as the trainer
+    reads it (trainer/datafile.py: its size, its lines, UTF-8) and refused in its words."""
     if data == "synthetic":
         return data
     kind, sep, rest = data.partition(":")
@@ -97,13 +111,29 @@ def _check_data(data: str, option: str = "--data") -> str:
     else:
         raise BadInput(f"{option} {data!r}: use synthetic, nsmc:PATH, jsonl:PATH or a .jsonl "
                        f"file")
-    if not path.is_file():
-        raise BadInput(f"{option} {data!r}: no file at {path}")
+    try:
+        if not path.is_file():
+            raise BadInput(f"{option} {data!r}: no file at {path}")
+        datafile.check(path, max_bytes=max_bytes or datafile.MAX_DATA_BYTES, option=option)
+    except OSError as exc:  # a folder above it that this user cannot search
+        raise BadInput(f"{option} {data!r}: {exc.strerror}") from None
+    except UsageError as exc:
+        raise BadInput(str(exc)) from None
     return f"{kind}:{path.resolve()}"
 
 
-def validate(options: dict) -> dict:
-    """A complete run config from submitted options; raises BadInput on the first bad value."""
+def _check_positions(config: dict, arch: modelconfig.Architecture) -> None:
+    if config["seq_len"] > arch.positions:
+        raise BadInput(f"--seq-len {config['seq_len']} is past the {arch.positions:,} positions "
+                       f"of --model {config['model']} (its max_position_embeddings)")
+
+
+def validate(options: dict, *, host=None) -> dict:
+    """A complete run config from submitted options; raises BadInput on the first bad value.
+
+    ``host`` (a daemon.run.host_fit.Host): also refuse what the launcher's host cannot run (its
+    memory; the furiosa package on the local launcher).
+    """
     config = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
     if config.get("cards") is None:
         raise BadInput("--cards is required")
@@ -139,14 +169,17 @@ def validate(options: dict) -> dict:
     if config.get("node") is not None and not _NODE.match(config["node"]):
         raise BadInput(f"--node {config['node']!r}: not a Kubernetes node name (lower-case "
                        f"letters, digits, '-' and '.')")
-    config["model"] = _check_model(config["model"])
-    config["data"] = _check_data(config["data"])
-    layers = model_layers(config["model"])
-    if layers is not None:
-        # The one placement rule (refuse, never clamp), shared with `model` and the trainer.
-        from daemon.stepmodel import check_placement
+    config["model"], arch = _check_model(config["model"])
+    config["data"] = _check_data(config["data"], max_bytes=config["max_data_bytes"])
+    # The one placement rule (refuse, never clamp), shared with `model` and the trainer.
+    from daemon.stepmodel import check_placement
 
-        check_placement(layers, config["cards"], config["resident"])
+    check_placement(arch.layers, config["cards"], config["resident"])
+    _check_positions(config, arch)
+    if host is not None:
+        from daemon.run import host_fit
+
+        host_fit.check(config, arch, host)
     return config
 
 
@@ -162,8 +195,11 @@ def _check_output(config: dict) -> None:
         raise BadInput(f"--eval-split must be a fraction in (0, 1), got {config['eval_split']}")
     if config["eval_split"] is not None and config["eval_data"] is not None:
         raise BadInput("give --eval-data or --eval-split, not both")
+    if config["max_data_bytes"] is not None:
+        _at_least(config, "max_data_bytes", 1)
     if config["eval_data"] is not None:
-        config["eval_data"] = _check_data(config["eval_data"], option="--eval-data")
+        config["eval_data"] = _check_data(config["eval_data"], option="--eval-data",
+                                          max_bytes=config["max_data_bytes"])
     if config["eval_every"] is not None and config["eval_data"] is None \
             and config["eval_split"] is None:
         raise BadInput("--eval-every needs --eval-data or --eval-split: there is nothing "
@@ -173,9 +209,12 @@ def _check_output(config: dict) -> None:
         if why is not None:  # '' would be the shell's working folder; / and ~ are no run's
             raise BadInput(f"--out {config['out']!r}: {why}")
         out = Path(config["out"]).expanduser()
-        if out.exists() and not out.is_dir():
-            raise BadInput(f"--out {config['out']!r}: a file is there, not a folder")
-        config["out"] = str(out.resolve())
+        try:
+            if out.exists() and not out.is_dir():
+                raise BadInput(f"--out {config['out']!r}: a file is there, not a folder")
+            config["out"] = str(out.resolve())
+        except OSError as exc:  # a folder above it that this user cannot search
+            raise BadInput(f"--out {config['out']!r}: {exc.strerror}") from None
 
 
 def output_dir(run: dict, runs_dir: Path) -> Path:
@@ -204,17 +243,6 @@ def baseline_steps(config: dict) -> int:
     if config.get("baseline_steps"):
         return int(config["baseline_steps"])
     return default_baseline_steps(int(config["steps"]), int(config.get("interleave") or 0))
-
-
-def model_layers(model: str) -> int | None:
-    """Decoder layers of a checked --model; None when a folder's config.json does not say."""
-    if model in MODEL_LAYERS:
-        return MODEL_LAYERS[model]
-    try:
-        layers = json.loads((Path(model) / "config.json").read_text())["num_hidden_layers"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # the trainer reads the folder itself and refuses what it cannot place
-    return layers if isinstance(layers, int) and layers > 0 else None
 
 
 def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
@@ -268,6 +296,8 @@ def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
         argv += ["--eval-split", repr(float(c["eval_split"]))]
     if c.get("eval_every"):
         argv += ["--eval-every", str(c["eval_every"])]
+    if c.get("max_data_bytes"):
+        argv += ["--max-data-bytes", str(c["max_data_bytes"])]
     if log_path:
         argv += ["--log", str(log_path)]
     if cache_dir:
@@ -284,7 +314,7 @@ SETTABLE = {
     "lora": int, "backend": str, "image": str, "deadline": int, "precompile": bool, "name": str,
     "interleave": int, "node": str, "out": str, "checkpoint_every": int,
     "keep_checkpoints": int, "merge": bool, "eval_data": str, "eval_split": float,
-    "eval_every": int,
+    "eval_every": int, "max_data_bytes": int,
 }
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
@@ -326,11 +356,12 @@ def config_diff(a: dict, b: dict) -> dict:
     return {k: (a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)}
 
 
-def apply_settings(config: dict, settings: list[str]) -> dict:
-    """A queued or finished run's config with ``key=value`` changes, validated as submit does."""
+def apply_settings(config: dict, settings: list[str], *, host=None) -> dict:
+    """A queued or finished run's config with ``key=value`` changes, validated as submit does
+    (``host``: as ``validate``'s)."""
     changes = dict(parse_setting(s) for s in settings)
     options = {**config, **changes}
     for key, value in changes.items():
         if value is None:  # reset: validate() fills defaults only for keys it is not given
             options.pop(key, None)
-    return validate(options)
+    return validate(options, host=host)

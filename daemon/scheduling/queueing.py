@@ -7,9 +7,11 @@ and ``resume`` (``wait``: waiting.py); the click commands are thin over them. SQ
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from daemon.errors import BadInput
 from daemon.run.claims import check_run_output
-from daemon.run.spec import apply_settings, config_diff, parse_setting
+from daemon.run.spec import apply_settings, config_diff, parse_setting, validate
 from daemon.store import CANCELLED, DONE, FAILED, FINISHED, OOM, QUEUED, TIMEOUT
 
 
@@ -96,15 +98,16 @@ def _describe(changes: dict) -> str:
     return ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
 
 
-def edit_run(store, ref, settings: list[str]) -> tuple[dict, dict]:
-    """Change a queued run's config (validated as submit does); returns (run, changes)."""
+def edit_run(store, ref, settings: list[str], *, host=None) -> tuple[dict, dict]:
+    """Change a queued run's config (validated as submit does, ``host`` too); returns (run,
+    changes)."""
     run = store.run(ref)
     if run["status"] != QUEUED:
         raise BadInput(f"run {run['id']} is {run['status']}: only a queued run can be edited "
                        "(clone it instead)")
     if not settings:
         raise BadInput("give at least one --set key=value")
-    config = apply_settings(run["config"], settings)
+    config = apply_settings(run["config"], settings, host=host)
     changes = config_diff(run["config"], config)
     if "name" in changes:
         check_name(store, config.get("name"), run_id=run["id"])
@@ -123,16 +126,17 @@ def edit_run(store, ref, settings: list[str]) -> tuple[dict, dict]:
     return store.run(run["id"]), changes
 
 
-def clone_run(store, ref, settings: list[str]) -> tuple[int, dict]:
+def clone_run(store, ref, settings: list[str], *, host=None) -> tuple[int, dict]:
     """Queue a copy of any run's config, with changes; returns (new run id, changes).
 
     The copy keeps the priority and the notifier; it waits for nothing (--after is
     not copied). Its name is the run's with ``-2``, ``-3``... (``free_name``), or the one
     ``--set name=`` gives, which no run may have. It writes to its own folder, not to the
     ``--out`` of the run it copies, which stays that run's (``--set out=DIR`` for another).
+    Validated as submit does (``host`` too).
     """
     run = store.run(ref)
-    config = apply_settings(own_output(run["config"]), settings)
+    config = apply_settings(own_output(run["config"]), settings, host=host)
     if "name" in dict(parse_setting(s) for s in settings):
         check_name(store, config.get("name"))
     elif config.get("name") is not None:
@@ -184,7 +188,8 @@ def _restart_after(store, run: dict) -> tuple[int | None, str]:
     return dep, f"; after run {dep}"
 
 
-def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, int]]:
+def restart_runs(store, refs, *, all_failed: bool = False, host=None,
+                 refused: Callable[[dict, str], None] | None = None) -> list[tuple[int, int]]:
     """Queue a new run from each ended run named, and each failed one with ``all_failed``.
 
     pueue's restart without --in-place: the old run and its steps stay as they
@@ -192,6 +197,11 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
     remembers where it came from (``restart_of``). It writes to its own folder:
     an explicit ``--out`` stays the old run's (``own_output``). Returns (old id,
     new id) pairs.
+
+    Each config goes through submit's validation again (``host`` too), so a run that
+    failed because it could never run is not queued again: a run named is refused
+    (BadInput, nothing queued); with ``all_failed`` one found is passed over and
+    ``refused(run, why)`` told.
     """
     if not refs and not all_failed:
         raise BadInput("give the runs to restart, or --all-failed")
@@ -201,9 +211,20 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
         if run["status"] not in FINISHED:
             raise BadInput(f"run {run['id']} is {run['status']}: only an ended run can be "
                            "restarted")
+        _revalidate(run, host)
         runs.append(run)
     if all_failed:
-        runs += _failed_runs(store)
+        named = {r["id"] for r in runs}
+        for run in _failed_runs(store):
+            if run["id"] in named:
+                continue
+            try:
+                _revalidate(run, host)
+            except BadInput as exc:
+                if refused is not None:
+                    refused(run, str(exc))
+                continue
+            runs.append(run)
     pairs: list[tuple[int, int]] = []
     for run in sorted({r["id"]: r for r in runs}.values(), key=lambda r: r["id"]):
         after, after_text = _restart_after(store, run)
@@ -221,6 +242,14 @@ def restart_runs(store, refs, *, all_failed: bool = False) -> list[tuple[int, in
                         data={"from": run["id"], "after": after})
         pairs.append((run["id"], new_id))
     return pairs
+
+
+def _revalidate(run: dict, host) -> None:
+    """A restart's config must still pass submit's validation (BadInput naming the run)."""
+    try:
+        validate(run["config"], host=host)
+    except BadInput as exc:
+        raise BadInput(f"run {run['id']} not restarted: {exc}") from None
 
 
 # === resume (issue 26) =======================================================

@@ -10,6 +10,7 @@ from daemon.errors import ModelFitError
 from daemon.stepmodel import stats
 from daemon.stepmodel.memory import host_plays_cards
 from daemon.stepmodel.shape import Shape
+from trainer import footprint
 from trainer.records import OPTIM_CALIBRATION
 
 #: The phases the model needs in the baseline, with the words its error uses.
@@ -114,7 +115,7 @@ def edge_params(config: dict | None) -> int | None:
     vocab, hidden = config.get("vocab_size"), config.get("hidden_size")
     if not isinstance(vocab, int) or not isinstance(hidden, int):
         return None
-    return vocab * hidden * (1 if config.get("tied_head") else 2) + hidden
+    return footprint.edge_params(vocab, hidden, bool(config.get("tied_head")))
 
 
 def _seconds(cal: dict, key: str) -> float | None:

@@ -1,17 +1,27 @@
-"""Whether a placement fits: card and host memory by the trainer's own accounting."""
+"""Whether a placement fits: card and host memory by the trainer's own accounting.
+
+The bytes per parameter are trainer/footprint.py's (shared with the trainer, which refuses
+by them at its start); this module prices a ``Shape`` by them and words the verdict.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daemon.stepmodel.shape import Shape, blocks
+from daemon.stepmodel.shape import Shape
+from trainer import footprint
+from trainer.footprint import (
+    HOST_BYTES,
+    HOST_PLAYS_CARD,
+    OFFLOADED_BYTES,
+    RESIDENT_BYTES,
+    host_plays_cards,
+)
 
-#: Bytes per parameter on a card, by the trainer's placement (trainer/engine.py):
-#: a resident layer keeps its fp32 master, gradient and AdamW's two moments on
-#: the card; an offloaded layer keeps an fp32 compute copy and its gradient;
-#: embedding, norm and head are resident on their cards.
-RESIDENT_BYTES = 16
-OFFLOADED_BYTES = 8
+__all__ = ["CARD_GB", "HOST_BYTES", "HOST_PLAYS_CARD", "OFFLOADED_BYTES", "RESIDENT_BYTES",
+           "MemoryCheck", "card_bytes", "card_gb_for", "host_bytes", "host_memory_check",
+           "host_plays_cards", "memory_check"]
+
 #: Card memory in GB by backend kind, where the kind fixes it (RNGD: 48 GB HBM3).
 CARD_GB = {"furiosa": 48.0}
 
@@ -27,19 +37,8 @@ class MemoryCheck:
 def card_bytes(target: Shape, params_per_layer: int, edge: int = 0,
                tied_head: bool = False) -> list[int]:
     """Bytes of weights, gradients and optimizer state on each card (activations not counted)."""
-    out = []
-    for block in blocks(target.layers, target.cards):
-        r = min(target.resident_per_card, block)
-        n = params_per_layer * (RESIDENT_BYTES * r + OFFLOADED_BYTES * (block - r))
-        out.append(n)
-    if edge:
-        # The embedding on the first card; norm and head on the last (the first when tied).
-        if tied_head or target.cards == 1:
-            out[0] += RESIDENT_BYTES * edge
-        else:
-            out[0] += RESIDENT_BYTES * (edge // 2)
-            out[-1] += RESIDENT_BYTES * (edge - edge // 2)
-    return out
+    return footprint.card_bytes(target.layers, target.cards, target.resident_per_card,
+                                params_per_layer, edge, tied_head)
 
 
 def _gb(x: float) -> str:
@@ -67,21 +66,13 @@ def memory_check(target: Shape, *, params_per_layer: int | None, card_gb: float 
                        f"of {card_gb:g} GB before activations")
 
 
-#: Bytes per offloaded parameter in host memory (trainer/engine.py): its fp32
-#: master, gradient and AdamW's two moments.
-HOST_BYTES = 16
-#: Backend kinds whose "cards" are the host itself: their card bytes are host bytes too.
-HOST_PLAYS_CARD = ("cpu", "cpu-compiled", "cpu-perturbed")
-
-
 def host_bytes(target: Shape, params_per_layer: int, *, edge: int = 0, tied_head: bool = False,
                host_plays_card: bool = False) -> int:
     """Bytes of host memory the placement needs: offloaded layers' masters, gradients, moments,
     and the cards' own where the host plays them (cpu backends); activations are not counted."""
-    need = HOST_BYTES * params_per_layer * target.offloaded
-    if host_plays_card:
-        need += sum(card_bytes(target, params_per_layer, edge, tied_head))
-    return need
+    return footprint.host_bytes(target.layers, target.cards, target.resident_per_card,
+                                params_per_layer, edge=edge, tied_head=tied_head,
+                                host_plays_card=host_plays_card)
 
 
 def host_memory_check(target: Shape, *, params_per_layer: int | None, host_gb: float | None,
@@ -99,14 +90,6 @@ def host_memory_check(target: Shape, *, params_per_layer: int | None, host_gb: f
                else f"fits: host needs {_gb(need)} GB of {host_gb:g} GB for the {what}" if fits
                else f"host would need {_gb(need)} GB for the {what}, more than its {host_gb:g} GB")
     return MemoryCheck(fits, [need], host_gb, message)
-
-
-def host_plays_cards(backend: str | None) -> bool:
-    """Whether every card of a ``--backend`` list is the host itself (``HOST_PLAYS_CARD``);
-    False where the backend is not known."""
-    if not isinstance(backend, str) or not backend.strip():
-        return False
-    return all(b.split(":")[0].strip() in HOST_PLAYS_CARD for b in backend.split(","))
 
 
 def card_gb_for(backend: str | None) -> float | None:

@@ -34,10 +34,11 @@ def edit(home, as_json, run_ref, settings):
 
     Example: rngdctl edit 7 --set steps=500 --set seq-len=256
     """
+    from daemon.run.host_fit import Host
     from daemon.scheduling.queueing import edit_run
 
     with home.store() as store:
-        run, changes = edit_run(store, run_ref, list(settings))
+        run, changes = edit_run(store, run_ref, list(settings), host=Host.of(home.config()))
     if as_json:
         echo_json({"id": run["id"], "changes": _changes(changes), "config": run["config"]})
     elif changes:
@@ -59,10 +60,11 @@ def clone(home, as_json, run_ref, settings):
 
     Example: rngdctl clone 7 --set lr=2e-5
     """
+    from daemon.run.host_fit import Host
     from daemon.scheduling.queueing import clone_run
 
     with home.store() as store:
-        new_id, changes = clone_run(store, run_ref, list(settings))
+        new_id, changes = clone_run(store, run_ref, list(settings), host=Host.of(home.config()))
         new = store.run(new_id)
         position = [r["id"] for r in store.queue()].index(new_id) + 1
     if as_json:
@@ -93,15 +95,23 @@ def restart(home, as_json, run_refs, all_failed):
 
     Example: rngdctl restart --all-failed
     """
+    from daemon.run.host_fit import Host
     from daemon.scheduling.queueing import restart_runs
 
+    passed_over = []
+
+    def refused(run: dict, why: str) -> None:
+        passed_over.append(run["id"])
+        click.echo(why, err=True)
+
     with home.store() as store:
-        pairs = restart_runs(store, list(run_refs), all_failed=all_failed)
+        pairs = restart_runs(store, list(run_refs), all_failed=all_failed,
+                             host=Host.of(home.config()), refused=refused)
         outs = {old: store.run(old)["config"].get("out") for old, _ in pairs}
     if as_json:
         echo_json([{"from": old, "id": new} for old, new in pairs])
     elif not pairs:
-        click.echo("no failed run to restart")
+        click.echo("no run restarted" if passed_over else "no failed run to restart")
     else:
         for old, new in pairs:
             # A restart writes to its own folder: an explicit --out is the old run's.

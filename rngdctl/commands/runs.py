@@ -81,6 +81,9 @@ class CardsParam(click.ParamType):
 @click.option("--eval-every", type=int, metavar="N",
               help="Held-out loss every N steps (default: before the first and after the "
                    "last).")
+@click.option("--max-data-bytes", type=int, metavar="N",
+              help="Refuse a --data or --eval-data file larger than this (default 256 MiB); "
+                   "checked now and by the trainer.")
 @click.option("--image", help="Container image (k8s launcher).")
 @click.option("--deadline", type=int, help="Seconds before the run is stopped (timeout).")
 @click.option("--precompile", is_flag=True, default=None,
@@ -104,6 +107,7 @@ def submit(home, as_json, after, priority, notify, **options):
 
     Example: rngdctl submit --cards 2 --resident 1 --steps 200 --baseline
     """
+    from daemon.run.host_fit import Host
     from daemon.run.spec import validate
     from daemon.scheduling.queueing import queue_run
 
@@ -114,7 +118,7 @@ def submit(home, as_json, after, priority, notify, **options):
 
             chosen = choose_best(home, store, options)
             options = {**options, "cards": chosen.best.cards, "resident": chosen.best.resident}
-        config = validate(options)
+        config = validate(options, host=Host.of(home.config()))
         run_id = queue_run(store, config, after=after, priority=priority, notify=notify)
         store_after = store.run(run_id)["after_run"]
         position = [r["id"] for r in store.queue()].index(run_id) + 1

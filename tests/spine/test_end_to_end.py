@@ -1,5 +1,6 @@
 """The real CLI, daemon and trainer on CPU, as a user runs them."""
 
+import json
 import os
 import signal
 import subprocess
@@ -98,7 +99,11 @@ def test_cancel_stops_a_running_trainer(home, rngdctl):
 def test_a_trainer_that_fails_ends_the_run_failed_with_the_logs_tail(home, rngdctl, tmp_path):
     broken = tmp_path / "broken-model"
     broken.mkdir()
-    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    # A config submit accepts (checked since issue 36), over no weights: the trainer fails.
+    (broken / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+        "intermediate_size": 176, "num_attention_heads": 4, "vocab_size": 128,
+        "max_position_embeddings": 256}))
     _, out, _ = rngdctl("submit", *SHORT, "--steps", "3", "--model", str(broken))
     daemon = start_daemon(home)
     assert daemon.wait(timeout=60) == 0

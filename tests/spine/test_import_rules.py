@@ -89,7 +89,8 @@ def test_the_sql_rule_sees_a_query_written_outside_the_store(tmp_path):
 # trainer's package (the contract, records.py, was there first) but import no torch and
 # nothing of the trainer's own: the daemon reads them, the trainer runs on them.
 SHARED = {"trainer.records", "trainer.placement", "trainer.config", "trainer.devices",
-          "trainer.errors", "trainer.ownership"}
+          "trainer.errors", "trainer.ownership", "trainer.modelconfig", "trainer.footprint",
+          "trainer.datafile"}
 
 
 def module_name(path: Path) -> str:

@@ -61,7 +61,9 @@ def test_the_held_out_loss_is_the_models_mean_loss_over_every_held_out_token():
 
 def test_a_split_holds_out_whole_examples_disjoint_from_training():
     ids = torch.arange(100).repeat_interleave(4).reshape(100, 4)
-    (train_ids, _), (held_ids, _) = data.hold_out(ids, ids.clone(), 0.2, seed=0, micro_batch=1)
+    train, held = data.hold_out(data.Encoded.full_rows(ids, pad_id=-1), 0.2, seed=0,
+                                micro_batch=1)
+    train_ids, held_ids = (e.dense(torch.arange(len(e)))[0] for e in (train, held))
     train_rows, held_rows = set(train_ids[:, 0].tolist()), set(held_ids[:, 0].tolist())
     assert len(held_rows) == 20 and not train_rows & held_rows
     assert train_rows | held_rows == set(range(100))
