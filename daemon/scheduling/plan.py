@@ -123,9 +123,11 @@ def find_baseline(store, model: str) -> int:
     # The store's STEADY_FIRST (stats.WARMUP_STEPS + 1), not daemon.stepmodel.stats: `runs` asks
     # this of every queued run, and loads no statistics before any run has steps.
     needed = STEADY_FIRST
-    for run in store.runs():
-        if str(run["config"].get("model")) != model or not store.step_counts(run["id"]):
-            continue  # a run with no steps has no baseline: no need to load the step model
+    # Only runs with steps: a queued run has no baseline, and a sweep queues thousands (issue
+    # 33: reading every run here, once per queued run, made `runs` quadratic in the queue).
+    for run in store.runs_with_steps():
+        if str(run["config"].get("model")) != model:
+            continue
         base = stepmodel.baseline_of(store, run["id"])
         if base is not None and base.stats.steps >= needed:
             return run["id"]

@@ -147,7 +147,7 @@ def runs(home, as_json, show_all):
     now = time.time()
     with home.store() as store:
         rows = store.runs(limit=None if show_all else 50)
-        counts = {r["id"]: store.step_counts(r["id"]) for r in rows}
+        counts = store.step_counts_of(r["id"] for r in rows)
         live = liveness.for_home(home, store, now)
         leads = replicas.for_home(home, store, now).line()
         estimates = {e.run_id: e for e in queue_estimates(store, now)}
