@@ -4,7 +4,7 @@
 run ends after its steps left at its measured median step time (6-N); each
 queued run then takes its predicted duration: the step model's step time for
 its config (``stepmodel.fitted`` from the newest baseline of its model,
-``plan.find_baseline``, once per model and config in a walk: ``Durations``)
+``baselines.find_baseline``, once per model and config in a walk: ``Durations``)
 times its steps, plus its baseline pass, plus the start-up and wind-down the
 last done runs took beyond their steps. Every estimate carries the basis it
 rests on, of a bounded length however long the queue (``AHEAD_NAMED``). A run
@@ -83,10 +83,10 @@ class Durations:
     def _fit(self, model: str) -> tuple:
         if model not in self._fitted:
             from daemon import stepmodel
-            from daemon.scheduling import plan
+            from daemon.scheduling.baselines import find_baseline
 
             try:
-                base = plan.find_baseline(self.store, model)
+                base = find_baseline(self.store, model)
                 self._fitted[model] = (base, stepmodel.fitted(self.store, base))
             except RngdctlError as exc:
                 self._fitted[model] = (None, str(exc))

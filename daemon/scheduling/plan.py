@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 
 from daemon import stepmodel
 from daemon.errors import BadInput, ModelFitError
-from daemon.store import STEADY_FIRST
 
 _CARD = re.compile(r"(?:npu|rngd)(\d+)")
 
@@ -113,27 +112,6 @@ def host_memory_gb() -> float | None:
         return psutil.virtual_memory().total / 1e9
     except (ImportError, OSError):
         return None
-
-
-# === Finding a baseline ======================================================
-
-
-def find_baseline(store, model: str) -> int:
-    """The newest run of ``model`` whose all-offload pass has steady steps (6-N)."""
-    # The store's STEADY_FIRST (stats.WARMUP_STEPS + 1), not daemon.stepmodel.stats: `runs` asks
-    # this of every queued run, and loads no statistics before any run has steps.
-    needed = STEADY_FIRST
-    # Only runs with steps: a queued run has no baseline, and a sweep queues thousands (issue
-    # 33: reading every run here, once per queued run, made `runs` quadratic in the queue).
-    for run in store.runs_with_steps():
-        if str(run["config"].get("model")) != model:
-            continue
-        base = stepmodel.baseline_of(store, run["id"])
-        if base is not None and base.stats.steps >= needed:
-            return run["id"]
-    raise BadInput(f"no baseline for model {model!r} in the store: no run of it has an "
-                   f"all-offload pass of {needed} steps or more (submit one with --baseline, "
-                   "or name a run with --baseline RUN)")
 
 
 # === The plan ================================================================
