@@ -7,7 +7,6 @@ It holds ``rngdctl.db``, ``config.toml``, ``daemon.lock`` and ``runs/<id>/``.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -136,6 +135,8 @@ def _check_type(section: str, name: str, value, default):
 
 
 def parse_config(text: str) -> Config:
+    import tomllib  # here: `submit` reads no config, and tomllib's import is 4 % of it
+
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -115,13 +115,15 @@ def test_submit_runs_and_show_make_no_record_class_nor_load_the_plan(home, measu
                                                                      queued_run, command):
     # A record class is a dataclass made on its first instance: making the seven cost each
     # command 29 million instructions at import (8 % of `runs`, issue 33), and the plan's
-    # dataclasses 17 million more to `runs` and `show`, which only need the queue's estimate.
+    # dataclasses 17 million more to `runs` and `show`, which only need the queue's estimate;
+    # `submit` reads no config.toml, and tomllib cost it 12 million.
     loaded = loaded_by(home, *command, probe_after="from trainer import records\n"
                        "import dataclasses\n"
                        "assert not dataclasses.is_dataclass(records.Step), 'records made'\n")
 
     assert "trainer.records" in loaded  # the probe saw the command import it
     assert "daemon.scheduling.plan" not in loaded
+    assert ("tomllib" in loaded) == (command[0] != "submit")
 
 
 def test_a_record_class_is_a_frozen_dataclass_from_its_first_instance_in_any_thread():
