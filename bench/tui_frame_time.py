@@ -214,10 +214,9 @@ def main() -> int:
               "(textual-plot==0.10.1, the version measured in docs/performance.md), or leave "
               "it out of --plots", file=sys.stderr)
         return 2
-    import subprocess
+    from machine import cpu_line, hogs
 
-    print(subprocess.run(["sh", "-c", "lscpu | grep 'Model name'"], capture_output=True,
-                         text=True, check=False).stdout.strip())
+    print(cpu_line())
     now = 1_790_000_000.0
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
@@ -227,9 +226,7 @@ def main() -> int:
         build_s = time.perf_counter() - t
         print(f"store with {args.steps:,} steps built in {build_s:.1f} s; "
               f"load average {os.getloadavg()[0]:.1f}; {args.hog} hog processes")
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                 start_new_session=True) for _ in range(args.hog)]
-        try:
+        with hogs(args.hog):
             for i, plot in enumerate(args.plots.split(",")):
                 profile = cProfile.Profile() if args.profile else None
                 r = asyncio.run(measure(home, run_id, args.steps + i * args.frames, args.frames,
@@ -242,10 +239,6 @@ def main() -> int:
                     pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(
                         args.profile)
                     print(out.getvalue())
-        finally:
-            for hog in hogs:
-                hog.kill()
-                hog.wait()
     return 0 if ok else 1
 
 
