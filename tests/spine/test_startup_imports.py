@@ -58,6 +58,12 @@ def loaded_by(home, *command: str, env: dict | None = None, probe_after: str = "
     return set(json.loads(out.strip().splitlines()[-1]))
 
 
+def printed_by(probe: str) -> list[str]:
+    """The words ``python -c PROBE`` prints, in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=REPO, check=True, timeout=60).stdout.split()
+
+
 @pytest.fixture
 def queued_run(rngdctl):
     code, out, err = rngdctl("submit", "--cards", "1", "--resident", "0")
@@ -148,10 +154,7 @@ def test_a_record_class_is_a_frozen_dataclass_from_its_first_instance_in_any_thr
         "print(made, errors, dataclasses.is_dataclass(records.Eval),\n"
         "      step == records.Step('main', 1, 2.0, 0.5, 8, 1e-5))\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         cwd=REPO, check=True, timeout=60).stdout
-
-    assert out.split() == ["[False,", "False,", "'frozen']", "[]", "True", "True"]
+    assert printed_by(probe) == ["[False,", "False,", "'frozen']", "[]", "True", "True"]
 
 
 @pytest.mark.parametrize("cards", [0, 8])
@@ -196,7 +199,4 @@ def test_the_step_model_package_gives_every_public_name_and_keeps_compare_and_fi
         "print(missing, callable(stepmodel.compare), callable(stepmodel.fit),\n"
         "      type(stepmodel.compare).__name__, type(stepmodel.fit).__name__)\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         cwd=REPO, check=True, timeout=60).stdout
-
-    assert out.split() == ["[]", "True", "True", "function", "function"]
+    assert printed_by(probe) == ["[]", "True", "True", "function", "function"]
