@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from daemon.errors import RngdctlError
 from daemon.gates.rules import NODES, node_verdicts
 from daemon.store import ACTIVE
@@ -17,13 +15,6 @@ LOAD_WINDOW_S = 3600.0
 #: Seconds between two estimates of the queue's starts and ends while the queue stays
 #: the same (a change in the queue or the active run estimates again at once).
 ESTIMATE_EVERY_S = 10.0
-
-
-@dataclass(frozen=True)
-class _NoEstimate:
-    basis: str
-    start: None = None
-    end: None = None
 
 
 class QueueViews(Reader):
@@ -89,22 +80,24 @@ class QueueViews(Reader):
         return rows
 
     @staticmethod
-    def _queue_row(run: dict, estimate=None) -> QueueRow:
+    def _queue_row(run: dict, estimate: tuple | None) -> QueueRow:
         c = run["config"] or {}
+        start, end, basis = estimate or (None, None, "no estimate")
         return QueueRow(
             position=run["position"], run_id=run["id"], name=run.get("name"),
             held=bool(run["held"]), cards=_int(c.get("cards")),
             resident=_int(c.get("resident", c.get("resident_layers"))),
             steps=_int(c.get("steps")), model=c.get("model"), baseline=bool(c.get("baseline")),
             created=run["created"],
-            start=estimate.start if estimate else None, end=estimate.end if estimate else None,
-            basis=estimate.basis if estimate else "no estimate",
+            start=start, end=end, basis=basis,
         )
 
     def estimates(self, queue: list[dict], now: float, medians: dict | None = None) -> dict:
-        """``daemon.scheduling.estimate.queue_estimates`` by run id: again when the queue
-        (``queue``: a list ``queue()`` gave) or the active run changed, else at most every
-        ESTIMATE_EVERY_S (it walks the whole queue)."""
+        """``daemon.scheduling.estimate.queue_estimates`` by run id, (start, end, basis) each:
+        again when the queue (``queue``: a list ``queue()`` gave) or the active run changed,
+        else at most every ESTIMATE_EVERY_S (it walks the whole queue). Plain tuples, not the
+        estimates: the collector stops following those, and a sweep's 10,000 were each full
+        collection's to walk, in whichever thread, the UI's included."""
         if not queue:
             return {}
         active = tuple((r["id"], r["status"]) for r in self.store.active_runs())
@@ -115,9 +108,10 @@ class QueueViews(Reader):
         from daemon.scheduling.estimate import queue_estimates
 
         try:
-            value = {e.run_id: e for e in queue_estimates(self.store, now, medians=medians)}
+            value = {e.run_id: (e.start, e.end, e.basis)
+                     for e in queue_estimates(self.store, now, medians=medians)}
         except (RngdctlError, ArithmeticError, KeyError, TypeError, ValueError) as exc:
             # Advice, never a crash: every row says why it has none.
-            value = {r["id"]: _NoEstimate(f"no estimate: {exc}") for r in queue}
+            value = {r["id"]: (None, None, f"no estimate: {exc}") for r in queue}
         self._estimated = (now, (queue, active), value)
         return value
