@@ -81,6 +81,16 @@ class Runs(Connection):
             sql += " AND held = 0"
         return self._rows(sql + " ORDER BY priority DESC, position, id", [QUEUED])
 
+    def queue_position(self, run_id: int) -> int | None:
+        """A queued run's place in ``queue``'s order (1: the head), counted without reading
+        the queue (a sweep's 10,000 queued runs, decoded, cost each `submit` 0.4 s); None
+        when it is not queued."""
+        return self.conn.execute(
+            "SELECT COUNT(*) FROM runs r, runs q WHERE r.id = ? AND r.status = ?"
+            " AND q.status = r.status AND (q.priority > r.priority OR (q.priority = r.priority"
+            " AND (q.position < r.position OR (q.position = r.position AND q.id <= r.id))))",
+            (run_id, QUEUED)).fetchone()[0] or None
+
     def queue_as_stored(self) -> list[tuple]:
         """What ``queue`` gives, undecoded (config as text): a cheap look at whether the queue
         changed, for a reader that keeps it decoded (the TUI reads it every second)."""

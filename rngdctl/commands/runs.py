@@ -115,7 +115,7 @@ def submit(home, as_json, after, priority, notify, **options):
         config = validate(options)
         run_id = queue_run(store, config, after=after, priority=priority, notify=notify)
         store_after = store.run(run_id)["after_run"]
-        position = [r["id"] for r in store.queue()].index(run_id) + 1
+        position = store.queue_position(run_id)
     if chosen is not None and not as_json:
         # stderr: stdout stays the run id alone, for scripts.
         click.echo(f"chose {chosen.best.cards} card{'s' if chosen.best.cards != 1 else ''} x "

@@ -147,3 +147,33 @@ def test_an_estimates_basis_names_the_runs_just_ahead_and_counts_the_others(stor
     assert f"{len(runs) - 1 - AHEAD_NAMED} queued runs before those below" in last
     # As many clauses as the first run with one run summed ahead of it: bounded.
     assert last.count("; ") == estimates[AHEAD_NAMED + 1].basis.count("; ")
+
+
+def test_a_queued_runs_place_is_counted_in_queue_order(store):
+    low = store.add_run(validate({"cards": 1, "resident": 0}))
+    high = [store.add_run(validate({"cards": 1, "resident": 0}), priority=5) for _ in range(3)]
+    held = store.add_run(validate({"cards": 1, "resident": 0}), priority=5)
+    store.set_held(held, True)
+    store.move(high[2], -2)
+    store.request_cancel(low)
+    last = store.add_run(validate({"cards": 1, "resident": 0}))
+
+    queue = [r["id"] for r in store.queue()]
+
+    assert [store.queue_position(r) for r in queue] == list(range(1, len(queue) + 1))
+    assert queue[-1] == last and store.queue_position(low) is None  # cancelled: not queued
+
+
+@pytest.mark.parametrize("command", [["submit", "--cards", "1", "--resident", "0"],
+                                     ["clone", "LAST"]])
+def test_submit_and_clone_give_the_new_runs_place_without_reading_the_queue(tmp_path, monkeypatch,
+                                                                           command):
+    from daemon.store import connection
+
+    home = sweep_home(tmp_path / "home", 1000)
+    decoded, decode = [], connection._decode
+    monkeypatch.setattr(connection, "_decode", lambda row: decoded.append(row) or decode(row))
+
+    count = cli_statements(home, *[str(1001) if a == "LAST" else a for a in command])
+
+    assert count > 0 and len(decoded) <= 5  # the new run and the runs it names, not the queue
