@@ -121,6 +121,18 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
+def render_frame(app, snapshot) -> tuple[float, float]:
+    """The UI thread's part of one refresh, (wall ms, CPU ms): the snapshot copied into the
+    panels, the layout, and a full render of the 120x40 screen to text."""
+    t, c = time.perf_counter(), time.thread_time()
+    app.show_snapshot(type(app).Refreshed(snapshot))
+    app.screen._refresh_layout(app.size)
+    console = Console(width=120, height=40, file=io.StringIO(), color_system="truecolor",
+                      force_terminal=True, legacy_windows=False)
+    console.print(app.screen._compositor.render_update(full=True))
+    return (time.perf_counter() - t) * 1000, (time.thread_time() - c) * 1000
+
+
 async def measure(home: Home, run_id: int, steps: int, frames: int, now: float,
                   plot: str = "plotext", profile=None, evals: bool = False,
                   cards: int = 8) -> dict:
@@ -160,14 +172,9 @@ async def measure(home: Home, run_id: int, steps: int, frames: int, now: float,
 
             if profile is not None:
                 profile.enable()
-            t, c = time.perf_counter(), time.thread_time()
-            app.show_snapshot(RngdApp.Refreshed(snapshot))
-            app.screen._refresh_layout(app.size)
-            console = Console(width=120, height=40, file=io.StringIO(), color_system="truecolor",
-                              force_terminal=True, legacy_windows=False)
-            console.print(app.screen._compositor.render_update(full=True))
-            frame_ms.append((time.perf_counter() - t) * 1000)
-            frame_cpu_ms.append((time.thread_time() - c) * 1000)
+            wall_ms, cpu_ms = render_frame(app, snapshot)
+            frame_ms.append(wall_ms)
+            frame_cpu_ms.append(cpu_ms)
             if profile is not None:
                 profile.disable()
             await pilot.pause()
@@ -207,10 +214,9 @@ def main() -> int:
               "(textual-plot==0.10.1, the version measured in docs/performance.md), or leave "
               "it out of --plots", file=sys.stderr)
         return 2
-    import subprocess
+    from machine import cpu_line, hogs
 
-    print(subprocess.run(["sh", "-c", "lscpu | grep 'Model name'"], capture_output=True,
-                         text=True, check=False).stdout.strip())
+    print(cpu_line())
     now = 1_790_000_000.0
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
@@ -220,9 +226,7 @@ def main() -> int:
         build_s = time.perf_counter() - t
         print(f"store with {args.steps:,} steps built in {build_s:.1f} s; "
               f"load average {os.getloadavg()[0]:.1f}; {args.hog} hog processes")
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                 start_new_session=True) for _ in range(args.hog)]
-        try:
+        with hogs(args.hog):
             for i, plot in enumerate(args.plots.split(",")):
                 profile = cProfile.Profile() if args.profile else None
                 r = asyncio.run(measure(home, run_id, args.steps + i * args.frames, args.frames,
@@ -235,10 +239,6 @@ def main() -> int:
                     pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(
                         args.profile)
                     print(out.getvalue())
-        finally:
-            for hog in hogs:
-                hog.kill()
-                hog.wait()
     return 0 if ok else 1
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -106,10 +107,34 @@ BASELINE = "baseline"
 
 
 # === Records =================================================================
+# Each record class is a frozen dataclass, made one on the first instance of any of them
+# rather than at import (``_Record``). Making a dataclass compiles its methods, about 4 million
+# instructions for each of these seven: every module that reads this one's names paid that at
+# import, `rngdctl submit`, `runs` and `show` included, which make no record (issue 33: 8 %
+# of `runs`).
+
+_UNMADE: list[type] = []  # record classes not made dataclasses yet
+_MAKING = threading.Lock()
 
 
-@dataclass(frozen=True)
-class Start:
+class _Record:
+    """The base of the record classes: each is a frozen dataclass from the first instance of
+    any of them on (the same class object; nothing reads their fields before that)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _UNMADE.append(cls)
+
+    def __init__(self, *args, **kwargs) -> None:
+        # Only until the classes are made: dataclass() gives each its own __init__, which
+        # comes before this one (and another thread meanwhile waits here for the lock).
+        with _MAKING:
+            while _UNMADE:
+                dataclass(frozen=True)(_UNMADE.pop())
+        type(self).__init__(self, *args, **kwargs)
+
+
+class Start(_Record):
     """A pass begins: its full configuration, versions, code commit, host."""
 
     config_label: str
@@ -121,8 +146,7 @@ class Start:
     time: float | None = None
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(_Record):
     """One optimizer step of one pass."""
 
     config_label: str
@@ -141,8 +165,7 @@ class Step:
         return math.isfinite(self.loss)
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(_Record):
     """Something worth a line in the note."""
 
     event: str
@@ -152,8 +175,7 @@ class Event:
     time: float | None = None
 
 
-@dataclass(frozen=True)
-class End:
+class End(_Record):
     """The process is done: ``status`` is one of END_STATUSES."""
 
     status: str
@@ -163,8 +185,7 @@ class End:
     time: float | None = None
 
 
-@dataclass(frozen=True)
-class Eval:
+class Eval(_Record):
     """The held-out loss of one pass after ``step`` optimizer steps (0: before any)."""
 
     config_label: str
@@ -183,15 +204,13 @@ class Eval:
             return math.inf
 
 
-@dataclass(frozen=True)
-class LogLine:
+class LogLine(_Record):
     """A line that is not a record: plain trainer output."""
 
     text: str
 
 
-@dataclass(frozen=True)
-class Malformed:
+class Malformed(_Record):
     """JSON that names a record kind but does not have its shape."""
 
     text: str

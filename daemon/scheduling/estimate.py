@@ -3,12 +3,14 @@
 ``queue_estimates(store, now)`` walks the queue in launch order. The active
 run ends after its steps left at its measured median step time (6-N); each
 queued run then takes its predicted duration: the step model's step time for
-its config (``stepmodel.model_config`` from the newest baseline of its model,
-``plan.find_baseline``) times its steps, plus its baseline pass, plus the
-start-up and wind-down the last done runs took beyond their steps. Every
-estimate carries the basis it rests on. A run whose duration cannot be
-predicted (no baseline for its model) gets no estimate, and neither does any
-run behind it, since its start would rest on a guess.
+its config (``stepmodel.fitted`` from the newest baseline of its model,
+``baselines.find_baseline``, once per model and config in a walk: ``Durations``)
+times its steps, plus its baseline pass, plus the start-up and wind-down the
+last done runs took beyond their steps. Every estimate carries the basis it
+rests on, of a bounded length however long the queue (``AHEAD_NAMED``). A run
+whose duration cannot be predicted (no baseline for its model) gets no
+estimate, and neither does any run behind it, since its start would rest on a
+guess.
 
 ``record_estimates`` stores the first estimate of each queued run;
 ``settle_estimate`` stores its error once the run has ended. The daemon calls
@@ -19,6 +21,7 @@ estimated cost ~15 ms a tick to walk again, for the same answer).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import asdict, dataclass
 
 from daemon.errors import RngdctlError
@@ -63,33 +66,80 @@ def extra_text(s: float) -> str:
     return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
 
 
-def predicted_duration(store, run: dict) -> tuple[float | None, str]:
-    """Seconds of steps the run's config will take, by the step model, and the basis."""
-    from daemon import stepmodel
-    from daemon.scheduling import plan
+class Durations:
+    """Predicted seconds of steps for the configs of one walk of the queue.
 
+    Each model's baseline is found and fitted once, and each config priced once, whatever
+    the queue's length: the store is read per model, not per queued run (issue 33: a
+    ``find_baseline`` per queued run, each reading every run, made `runs` take 5.8 s with
+    400 queued runs and more than 600 s with 10,000).
+    """
+
+    def __init__(self, store):
+        self.store = store
+        self._fitted: dict[str, tuple] = {}  # model -> (baseline run, Fitted) or (None, why)
+        self._steps: dict[tuple, tuple] = {}  # (model, config) -> (step seconds, label) or why
+
+    def _fit(self, model: str) -> tuple:
+        if model not in self._fitted:
+            from daemon import stepmodel
+            from daemon.scheduling.baselines import find_baseline
+
+            try:
+                base = find_baseline(self.store, model)
+                self._fitted[model] = (base, stepmodel.fitted(self.store, base))
+            except RngdctlError as exc:
+                self._fitted[model] = (None, str(exc))
+        return self._fitted[model]
+
+    def step_s(self, model: str, *, cards: int, resident: int, seq_len, accum
+               ) -> tuple[float | None, str]:
+        """(seconds a step, "run B pass": what priced it), or (None, why there is none)."""
+        key = (model, cards, resident, seq_len, accum)
+        if key not in self._steps:
+            base, found = self._fit(model)
+            if base is None:
+                self._steps[key] = (None, found)
+            else:
+                try:
+                    answer = found.price(cards=cards, resident=resident, seq_len=seq_len,
+                                         accum=accum)
+                    self._steps[key] = (answer.prediction.step_s,
+                                        f"run {base} {answer.baseline.label}")
+                except RngdctlError as exc:
+                    self._steps[key] = (None, str(exc))
+        return self._steps[key]
+
+
+def predicted_duration(store, run: dict, durations: Durations | None = None
+                       ) -> tuple[float | None, str]:
+    """Seconds of steps the run's config will take, by the step model, and the basis.
+
+    ``durations``: the walk's, so that a queue of one config fits its baseline once.
+    """
+    durations = durations or Durations(store)
     c = run["config"]
-    try:
-        base = plan.find_baseline(store, str(c.get("model")))
-        answer = stepmodel.model_config(store, base, cards=int(c["cards"]),
-                                        resident=int(c["resident"]), seq_len=c.get("seq_len"),
-                                        accum=c.get("accum"))
-    except RngdctlError as exc:
-        return None, f"no estimate: {str(exc).split(' (')[0]}"
-    seconds = answer.prediction.step_s * int(c["steps"])
-    basis = (f"{c['steps']} steps x {answer.prediction.step_s * 1e3:.1f} ms "
-             f"(model, run {base} {answer.baseline.label})")
+    model, cards = str(c.get("model")), int(c["cards"])
+    step_s, priced = durations.step_s(model, cards=cards, resident=int(c["resident"]),
+                                      seq_len=c.get("seq_len"), accum=c.get("accum"))
+    if step_s is None:
+        return None, f"no estimate: {priced.split(' (')[0]}"
+    seconds = step_s * int(c["steps"])
+    basis = f"{c['steps']} steps x {step_s * 1e3:.1f} ms (model, {priced})"
     if c.get("baseline"):
         n = baseline_steps(c)
-        offload = stepmodel.model_config(store, base, cards=int(c["cards"]), resident=0,
-                                         seq_len=c.get("seq_len"), accum=c.get("accum"))
-        seconds += offload.prediction.step_s * n
-        basis += f" + {n} baseline steps x {offload.prediction.step_s * 1e3:.1f} ms"
+        offload, why = durations.step_s(model, cards=cards, resident=0,
+                                        seq_len=c.get("seq_len"), accum=c.get("accum"))
+        if offload is None:
+            return None, f"no estimate: {why.split(' (')[0]}"
+        seconds += offload * n
+        basis += f" + {n} baseline steps x {offload * 1e3:.1f} ms"
     return seconds, basis
 
 
 def active_end(store, run: dict, now: float, overhead: float,
-               median: float | None = None) -> tuple[float | None, str]:
+               median: float | None = None, durations: Durations | None = None
+               ) -> tuple[float | None, str]:
     """When the active run should end: its steps left at its measured median step time.
 
     ``median``: that median (steps 6-N) when the caller already keeps it (the TUI does, as the
@@ -104,7 +154,7 @@ def active_end(store, run: dict, now: float, overhead: float,
         median = stats.steady_medians(store, run["id"], MAIN)[0]
     if span is None or median is None:
         # Still in its baseline pass, or not started: its whole predicted duration from its start.
-        seconds, basis = predicted_duration(store, run)
+        seconds, basis = predicted_duration(store, run, durations)
         if seconds is None:
             return None, f"run {run['id']} (active): {basis}"
         started = run.get("started") or now
@@ -115,20 +165,56 @@ def active_end(store, run: dict, now: float, overhead: float,
             f"run {run['id']} (active): {left} steps left x {median * 1e3:.1f} ms measured")
 
 
+#: Queued runs ahead that an estimate's basis names one by one; those before them are
+#: summed in one clause, so a basis stays one line however long the queue (issue 33).
+AHEAD_NAMED = 3
+
+
+def duration_text(s: float) -> str:
+    if s < 90:
+        return f"{s:.0f} s"
+    return f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+
+class _Ahead:
+    """What the runs ahead of a queued run rest on: the active run's end, the last
+    ``AHEAD_NAMED`` queued runs each, and the count and predicted steps of those before."""
+
+    def __init__(self) -> None:
+        self.active: str | None = None
+        self.named: deque[tuple[str, float]] = deque()
+        self.earlier, self.earlier_s = 0, 0.0
+
+    def add(self, run_id: int, basis: str, seconds: float) -> None:
+        self.named.append((f"run {run_id}: {basis}", seconds))
+        if len(self.named) > AHEAD_NAMED:
+            self.earlier += 1
+            self.earlier_s += self.named.popleft()[1]
+
+    def clauses(self) -> list[str]:
+        out = [self.active] if self.active else []
+        if self.earlier:
+            out.append(f"{self.earlier} queued run{'s' if self.earlier != 1 else ''} before "
+                       f"those below: {duration_text(self.earlier_s)} of steps by the model")
+        return out + [text for text, _ in self.named]
+
+
 def queue_estimates(store, now: float, *, medians: dict[int, float] | None = None
                     ) -> list[Estimate]:
     """Position, estimated start and end of every queued run, in launch order.
 
     ``medians``: run id -> measured median step time (6-N) of its main pass, for an active
-    run whose median the caller keeps already (``active_end``).
+    run whose median the caller keeps already (``active_end``). Linear in the queue: its
+    reads of the store do not grow with it (``Durations``; tests/queue/test_queue_scale.py).
     """
     overhead, overhead_basis = overhead_s(store)
-    cursor, ahead = now, []
+    durations = Durations(store)
+    cursor, ahead, blocked_by = now, _Ahead(), ""
     active = store.runs(ACTIVE)
     if active:
-        cursor, basis = active_end(store, active[0], now, overhead,
-                                   (medians or {}).get(active[0]["id"]))
-        ahead.append(basis)
+        cursor, ahead.active = active_end(store, active[0], now, overhead,
+                                          (medians or {}).get(active[0]["id"]), durations)
+        blocked_by = ahead.active
     ends: dict[int, float] = {}
     out = []
     for position, run in enumerate(store.queue(), start=1):
@@ -137,24 +223,23 @@ def queue_estimates(store, now: float, *, medians: dict[int, float] | None = Non
             continue
         if cursor is None:
             out.append(Estimate(run["id"], position, None, None,
-                                "no estimate: a run ahead has none (" + ahead[-1] + ")"))
+                                f"no estimate: a run ahead has none ({blocked_by})"))
             continue
-        seconds, basis = predicted_duration(store, run)
+        seconds, basis = predicted_duration(store, run, durations)
         if seconds is None:
             out.append(Estimate(run["id"], position, None, None, basis))
-            cursor = None
-            ahead.append(f"run {run['id']}: {basis}")
+            cursor, blocked_by = None, f"run {run['id']}: {basis}"
             continue
         start = cursor
         dep = run.get("after_run")
         if dep in ends:
             start = max(start, ends[dep])
         end = start + overhead + seconds
-        rests = "; ".join([*ahead, f"this run: {basis}", overhead_basis])
+        rests = "; ".join([*ahead.clauses(), f"this run: {basis}", overhead_basis])
         out.append(Estimate(run["id"], position, start, end, rests))
         ends[run["id"]] = end
         cursor = end
-        ahead.append(f"run {run['id']}: {basis}")
+        ahead.add(run["id"], basis, seconds)
     return out
 
 
@@ -164,14 +249,14 @@ def record_estimates(store, now: float, missing: set[int] | None = None) -> int:
     ``missing``: ``store.queued_without_estimate()`` when the caller has read it already.
     """
     missing = store.queued_without_estimate() if missing is None else missing
-    if not missing:
-        return 0
-    n = 0
-    for e in queue_estimates(store, now):
-        if e.run_id in missing and e.start is not None:
-            n += store.add_estimate(e.run_id, made=now, position=e.position, start=e.start,
-                                    end=e.end, basis=e.basis)
-    return n
+    return len(_record(store, now, missing)) if missing else 0
+
+
+def _record(store, now: float, missing: set[int]) -> set[int]:
+    """The runs of ``missing`` given their first estimate now (one write for them all)."""
+    new = [e for e in queue_estimates(store, now) if e.run_id in missing and e.start is not None]
+    store.add_estimates([(e.run_id, now, e.position, e.start, e.end, e.basis) for e in new])
+    return {e.run_id for e in new}
 
 
 class EstimateRecorder:
@@ -184,7 +269,7 @@ class EstimateRecorder:
     """
 
     def __init__(self) -> None:
-        self._unchanged: tuple | None = None  # the fingerprint of a walk that stored nothing
+        self._unchanged: tuple | None = None  # the fingerprint of the last walk's outcome
         self.walks = 0  # queue walks made, for tests and the benchmark
 
     def record(self, store, now: float) -> int:
@@ -194,11 +279,13 @@ class EstimateRecorder:
             return 0
         from daemon.stepmodel import stats
 
-        inputs = (frozenset(missing), store.estimate_inputs(stats.WARMUP_STEPS + 1))
-        if inputs == self._unchanged:
+        inputs = store.estimate_inputs(stats.WARMUP_STEPS + 1)
+        if (frozenset(missing), inputs) == self._unchanged:
             return 0
         self.walks += 1
-        n = record_estimates(store, now, missing)
-        # One that stored an estimate changed ``missing``: the next tick walks once more.
-        self._unchanged = inputs if n == 0 else None
-        return n
+        stored = _record(store, now, missing)
+        # The inputs hold no estimate: the runs still missing one after this walk are
+        # those it could not estimate, and stay so until the inputs change (a second walk
+        # for the same answer cost 200 ms a tick with 10,000 queued runs, issue 33).
+        self._unchanged = (frozenset(missing - stored), inputs)
+        return len(stored)

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 
 from daemon import stepmodel
 from daemon.errors import BadInput, ModelFitError
-from daemon.store import STEADY_FIRST
 
 _CARD = re.compile(r"(?:npu|rngd)(\d+)")
 
@@ -113,25 +112,6 @@ def host_memory_gb() -> float | None:
         return psutil.virtual_memory().total / 1e9
     except (ImportError, OSError):
         return None
-
-
-# === Finding a baseline ======================================================
-
-
-def find_baseline(store, model: str) -> int:
-    """The newest run of ``model`` whose all-offload pass has steady steps (6-N)."""
-    # The store's STEADY_FIRST (stats.WARMUP_STEPS + 1), not daemon.stepmodel.stats: `runs` asks
-    # this of every queued run, and loads no statistics before any run has steps.
-    needed = STEADY_FIRST
-    for run in store.runs():
-        if str(run["config"].get("model")) != model or not store.step_counts(run["id"]):
-            continue  # a run with no steps has no baseline: no need to load the step model
-        base = stepmodel.baseline_of(store, run["id"])
-        if base is not None and base.stats.steps >= needed:
-            return run["id"]
-    raise BadInput(f"no baseline for model {model!r} in the store: no run of it has an "
-                   f"all-offload pass of {needed} steps or more; queue one: rngdctl submit "
-                   f"--model {model} --cards 1 --baseline")
 
 
 # === The plan ================================================================

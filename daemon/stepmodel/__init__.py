@@ -32,8 +32,8 @@ _MODULES = {
                "RESIDENT_BYTES", "MemoryCheck", "card_bytes", "card_gb_for", "host_bytes",
                "host_memory_check", "host_plays_cards", "memory_check"),
     "pairing": ("paired", "paired_window"),
-    "runs": ("Answer", "Baseline", "baseline_of", "for_run", "hardware_of", "model_config",
-             "terms_for_run"),
+    "runs": ("Answer", "Baseline", "Fitted", "baseline_of", "fitted", "for_run", "hardware_of",
+             "model_config", "terms_for_run"),
     "shape": ("Shape", "blocks", "check_placement"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}

@@ -112,13 +112,36 @@ class Answer:
         return out
 
 
-def model_config(store, baseline_run: int, *, cards: int, resident: int,
-                 seq_len: int | None = None, accum: int | None = None,
-                 card_gb: float | None = None, resident_run: int | None = None,
-                 host_gb: float | None = None, check_host: bool = False) -> Answer:
-    """Predict a config that has not run, from a stored run's all-offload pass. ``card_gb``
-    overrides the backend's card memory; ``resident_run``'s main pass gives the device
-    optimizer per layer; ``check_host`` checks the host's memory too (``host_gb``)."""
+@dataclass(frozen=True)
+class Fitted:
+    """A stored all-offload pass with its terms fitted: prices any config without the store,
+    so a caller that prices many (the queue's estimates) reads and fits the baseline once."""
+
+    baseline: Baseline
+    terms: Terms
+
+    def price(self, *, cards: int, resident: int, seq_len: int | None = None,
+              accum: int | None = None, card_gb: float | None = None,
+              host_gb: float | None = None, check_host: bool = False) -> Answer:
+        """``model_config``'s answer for one config (its keywords)."""
+        b, config = self.terms.baseline, self.baseline.config
+        target = Shape(layers=b.layers, cards=cards, resident_per_card=resident,
+                       accum=accum or b.accum, seq_len=seq_len or b.seq_len,
+                       micro_batch=b.micro_batch)
+        backend = str(config.get("backend") or "cpu")
+        kw = {"params_per_layer": _extra(self.baseline.stats.last).get("params_per_layer")
+              or config.get("params_per_layer"), "edge": edge_params(config) or 0,
+              "tied_head": bool(config.get("tied_head"))}
+        memory = memory_check(target, **kw,
+                              card_gb=card_gb if card_gb is not None else card_gb_for(backend))
+        host = host_memory_check(target, **kw, host_gb=host_gb,
+                                 host_plays_card=host_plays_cards(backend)) if check_host else None
+        return Answer(self.baseline, predict(self.terms, target), memory, host)
+
+
+def fitted(store, baseline_run: int, *, resident_run: int | None = None) -> Fitted:
+    """A stored run's all-offload pass and the terms fitted from it; ``resident_run``'s main
+    pass gives the device optimizer per layer."""
     base = baseline_of(store, baseline_run)
     if base is None:
         raise ModelFitError(f"cannot fit: run {baseline_run} has no all-offload pass "
@@ -131,20 +154,19 @@ def model_config(store, baseline_run: int, *, cards: int, resident: int,
     terms = fit(base.stats, base.config, resident_steps=resident_steps,
                 baseline_label=f"run {baseline_run} {base.label}",
                 resident_label=f"run {resident_run} main")
-    b = terms.baseline
-    target = Shape(layers=b.layers, cards=cards, resident_per_card=resident,
-                   accum=accum or b.accum, seq_len=seq_len or b.seq_len,
-                   micro_batch=b.micro_batch)
-    config = base.config
-    backend = str(config.get("backend") or "cpu")
-    kw = {"params_per_layer": _extra(base.stats.last).get("params_per_layer")
-          or config.get("params_per_layer"), "edge": edge_params(config) or 0,
-          "tied_head": bool(config.get("tied_head"))}
-    memory = memory_check(target, **kw,
-                          card_gb=card_gb if card_gb is not None else card_gb_for(backend))
-    host = host_memory_check(target, **kw, host_gb=host_gb,
-                             host_plays_card=host_plays_cards(backend)) if check_host else None
-    return Answer(base, predict(terms, target), memory, host)
+    return Fitted(base, terms)
+
+
+def model_config(store, baseline_run: int, *, cards: int, resident: int,
+                 seq_len: int | None = None, accum: int | None = None,
+                 card_gb: float | None = None, resident_run: int | None = None,
+                 host_gb: float | None = None, check_host: bool = False) -> Answer:
+    """Predict a config that has not run, from a stored run's all-offload pass. ``card_gb``
+    overrides the backend's card memory; ``resident_run``'s main pass gives the device
+    optimizer per layer; ``check_host`` checks the host's memory too (``host_gb``)."""
+    return fitted(store, baseline_run, resident_run=resident_run).price(
+        cards=cards, resident=resident, seq_len=seq_len, accum=accum, card_gb=card_gb,
+        host_gb=host_gb, check_host=check_host)
 
 
 def hardware_of(store, run_id: int) -> str:

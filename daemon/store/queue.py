@@ -121,12 +121,15 @@ class Queue(Connection):
             (QUEUED,)).fetchall()
         return {r[0] for r in rows}
 
-    def add_estimate(self, run_id: int, *, made: float, position: int, start: float,
-                     end: float, basis: str) -> int:
-        """Keep a queued run's first estimate (a later one is ignored); 1 if stored."""
-        return self.conn.execute(
-            "INSERT OR IGNORE INTO estimates (run_id, made, position, start, end, basis)"
-            " VALUES (?, ?, ?, ?, ?, ?)", (run_id, made, position, start, end, basis)).rowcount
+    def add_estimates(self, rows: list[tuple]) -> None:
+        """Keep queued runs' first estimates: (run id, made, position, start, end, basis)
+        each, in one transaction; a run that has an estimate keeps it (a later one is
+        ignored)."""
+        if rows:
+            with self._transaction():
+                self.conn.executemany(
+                    "INSERT OR IGNORE INTO estimates (run_id, made, position, start, end, basis)"
+                    " VALUES (?, ?, ?, ?, ?, ?)", rows)
 
     def estimate(self, run_id: int) -> dict | None:
         rows = self._rows("SELECT * FROM estimates WHERE run_id = ?", [run_id])

@@ -93,6 +93,18 @@ class Steps(Connection):
         ).fetchall()
         return {label: n for label, n in rows}
 
+    def step_counts_of(self, run_ids: Iterable[int]) -> dict[int, dict[str, int]]:
+        """``step_counts`` of many runs in one query (a run with no steps: {})."""
+        ids = list(run_ids)
+        counts: dict[int, dict[str, int]] = {run_id: {} for run_id in ids}
+        for start in range(0, len(ids), 500):  # within SQLite's oldest limit of 999 parameters
+            chunk = ids[start:start + 500]
+            for run_id, label, n in self.conn.execute(
+                    "SELECT run_id, config_label, steps FROM pass_totals WHERE steps > 0 AND"
+                    f" run_id IN ({','.join('?' * len(chunk))})", chunk):
+                counts[run_id][label] = n
+        return counts
+
     def step_at(self, run_id: int, config_label: str, step: int) -> dict | None:
         """One step of a pass, decoded (as ``steps`` gives it), or None."""
         rows = self._rows(f"SELECT {_STEP_ROW} FROM steps WHERE run_id = ? AND config_label = ?"

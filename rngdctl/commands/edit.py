@@ -66,7 +66,7 @@ def clone(home, as_json, run_ref, settings):
     with home.store() as store:
         new_id, changes = clone_run(store, run_ref, list(settings), host=Host.of(home.config()))
         new = store.run(new_id)
-        position = [r["id"] for r in store.queue()].index(new_id) + 1
+        position = store.queue_position(new_id)
     if as_json:
         echo_json({"id": new_id, "status": new["status"], "position": position,
                    "changes": _changes(changes), "config": new["config"]})

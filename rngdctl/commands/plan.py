@@ -42,11 +42,12 @@ def build_plan(home, store, *, baseline_run=None, model=None, steps=None, seq_le
     from daemon.errors import BadInput
     from daemon.run.spec import DEFAULTS
     from daemon.scheduling import plan
+    from daemon.scheduling.baselines import find_baseline
 
     if baseline_run is None and model is None:
         raise BadInput("give --baseline RUN or --model NAME")
     base_id = (store.run(baseline_run)["id"] if baseline_run is not None
-               else plan.find_baseline(store, model))
+               else find_baseline(store, model))
     backend = str(store.run(base_id)["config"].get("backend") or "cpu")
     capacity = capacity_for(home, home.config(), backend, launcher)
     # Submit's defaults, not the baseline's shape: the config `submit` would run is priced,

@@ -121,7 +121,7 @@ def submit(home, as_json, after, priority, notify, **options):
         config = validate(options, host=Host.of(home.config()))
         run_id = queue_run(store, config, after=after, priority=priority, notify=notify)
         store_after = store.run(run_id)["after_run"]
-        position = [r["id"] for r in store.queue()].index(run_id) + 1
+        position = store.queue_position(run_id)
     if chosen is not None and not as_json:
         # stderr: stdout stays the run id alone, for scripts.
         click.echo(f"chose {chosen.best.cards} card{'s' if chosen.best.cards != 1 else ''} x "
@@ -155,7 +155,7 @@ def runs(home, as_json, show_all):
     now = time.time()
     with home.store() as store:
         rows = store.runs(limit=None if show_all else 50)
-        counts = {r["id"]: store.step_counts(r["id"]) for r in rows}
+        counts = store.step_counts_of(r["id"] for r in rows)
         live = liveness.for_home(home, store, now)
         leads = replicas.for_home(home, store, now).line()
         estimates = {e.run_id: e for e in queue_estimates(store, now)}

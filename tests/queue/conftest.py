@@ -87,3 +87,27 @@ def start_daemon(home, store):
     yield start
     for d in started:
         d.close()
+
+
+def finished_baseline(store, *, step_s=0.01, n=20):
+    """A done tiny-llama run whose main pass ran all-offload: a baseline for the model."""
+    from daemon.run.ingest import Ingest
+    from daemon.run.spec import validate
+    from trainer import records
+
+    run = store.add_run(validate({"cards": 1, "resident": 0, "steps": n, "seq_len": 64,
+                                  "accum": 2}))
+    phases = {"fwd_bwd": step_s * 0.6, "upload": step_s * 0.1, "download": step_s * 0.1,
+              "host_optim": step_s * 0.1, "device_optim": step_s * 0.05, "wait": 0.0}
+    extra = {"layers": 4, "cards": 1, "resident_per_card": 0, "resident_layers": 0,
+             "seq_len": 64, "accum": 2, "micro_batch": 1, "params_per_layer": 46_208}
+    Ingest(store).feed(run, [records.dumps(records.Start(
+        config_label="main", time=0.0, config={"backend": "cpu", "cards": 1, "layers": 4,
+                                               "resident_layers": 0, "seq_len": 64,
+                                               "accum": 2, "micro_batch": 1}))]
+        + [records.dumps(records.Step(config_label="main", step=k, loss=4.0, step_s=step_s,
+                                      tokens=128, lr=1e-5, phases=phases, time=float(k),
+                                      extra=extra)) for k in range(1, n + 1)])
+    store.update_run(run, started=100.0)
+    store.finish_run(run, "done", now=100.0 + n * step_s + 5.0)  # 5 s beyond its steps
+    return run

@@ -7,30 +7,10 @@ import json
 import pytest
 
 from daemon import stepmodel
-from daemon.run.ingest import Ingest
 from daemon.run.spec import validate
 from daemon.scheduling.estimate import queue_estimates, record_estimates
+from tests.queue.conftest import finished_baseline
 from trainer import records
-
-
-def _baseline(store, *, step_s=0.01, n=20):
-    """A done tiny-llama run whose main pass ran all-offload: a baseline for the model."""
-    run = store.add_run(validate({"cards": 1, "resident": 0, "steps": n, "seq_len": 64,
-                                  "accum": 2}))
-    phases = {"fwd_bwd": step_s * 0.6, "upload": step_s * 0.1, "download": step_s * 0.1,
-              "host_optim": step_s * 0.1, "device_optim": step_s * 0.05, "wait": 0.0}
-    extra = {"layers": 4, "cards": 1, "resident_per_card": 0, "resident_layers": 0,
-             "seq_len": 64, "accum": 2, "micro_batch": 1, "params_per_layer": 46_208}
-    Ingest(store).feed(run, [records.dumps(records.Start(
-        config_label="main", time=0.0, config={"backend": "cpu", "cards": 1, "layers": 4,
-                                               "resident_layers": 0, "seq_len": 64,
-                                               "accum": 2, "micro_batch": 1}))]
-        + [records.dumps(records.Step(config_label="main", step=k, loss=4.0, step_s=step_s,
-                                      tokens=128, lr=1e-5, phases=phases, time=float(k),
-                                      extra=extra)) for k in range(1, n + 1)])
-    store.update_run(run, started=100.0)
-    store.finish_run(run, "done", now=100.0 + n * step_s + 5.0)  # 5 s beyond its steps
-    return run
 
 
 def _queued(store, **options):
@@ -39,7 +19,7 @@ def _queued(store, **options):
 
 
 def test_queued_runs_start_one_after_another_by_their_predicted_durations(store):
-    base = _baseline(store)
+    base = finished_baseline(store)
     a, b = _queued(store, steps=100), _queued(store, steps=300)
     step = stepmodel.model_config(store, base, cards=1, resident=0).prediction.step_s
 
@@ -54,7 +34,7 @@ def test_queued_runs_start_one_after_another_by_their_predicted_durations(store)
 
 
 def test_a_run_with_no_baseline_for_its_model_gets_no_estimate_nor_do_the_runs_behind(store):
-    _baseline(store)
+    finished_baseline(store)
     first = _queued(store)
     odd = _queued(store, model="tiny-qwen2")
     behind = _queued(store)
@@ -67,7 +47,7 @@ def test_a_run_with_no_baseline_for_its_model_gets_no_estimate_nor_do_the_runs_b
 
 
 def test_the_active_runs_steps_left_at_its_measured_median_come_first(store):
-    _baseline(store)
+    finished_baseline(store)
     active = _queued(store, steps=50)
     store.update_run(active, status="running", started=900.0)
     store.add_steps(active, [records.Step(config_label="main", step=k, loss=4.0, step_s=0.5,
@@ -82,7 +62,7 @@ def test_the_active_runs_steps_left_at_its_measured_median_come_first(store):
 
 
 def test_the_first_estimate_is_stored_and_its_error_once_the_run_ends(store):
-    _baseline(store)
+    finished_baseline(store)
     run = _queued(store)
     assert record_estimates(store, now=1000.0) == 1
     assert record_estimates(store, now=2000.0) == 0  # the first one is kept
@@ -98,7 +78,7 @@ def test_the_first_estimate_is_stored_and_its_error_once_the_run_ends(store):
 
 
 def test_the_daemon_records_estimates_as_it_ticks(daemon, store):
-    _baseline(store)
+    finished_baseline(store)
     store.add_run(validate({"cards": 1, "resident": 0, "steps": 5}), name="x")
     held = _queued(store)
     store.set_held(held, True)
@@ -110,7 +90,7 @@ def test_the_daemon_records_estimates_as_it_ticks(daemon, store):
 
 
 def test_runs_and_show_give_position_estimate_and_basis(cli, store):
-    _baseline(store)
+    finished_baseline(store)
     run = _queued(store)
 
     listed = [r for r in json.loads(cli("runs", "--json").output) if r["id"] == run]
@@ -123,7 +103,7 @@ def test_runs_and_show_give_position_estimate_and_basis(cli, store):
 
 def test_a_median_the_caller_already_keeps_stands_for_the_active_runs_own(store):
     # The TUI keeps the active run's running median; the estimate then reads no steps for it.
-    _baseline(store)
+    finished_baseline(store)
     active = _queued(store, steps=50)
     store.update_run(active, status="running", started=900.0)
     store.add_steps(active, [records.Step(config_label="main", step=k, loss=4.0, step_s=0.5,
@@ -146,7 +126,7 @@ def test_a_queue_that_cannot_be_estimated_is_not_walked_again_until_something_ch
     assert recorder.record(store, now=1005.0) == 0
     assert recorder.walks == 1  # nothing changed: the second tick did not walk the queue
 
-    _baseline(store)  # a baseline run finishes: now it can be estimated
+    finished_baseline(store)  # a baseline run finishes: now it can be estimated
     assert recorder.record(store, now=1010.0) == 1
     assert store.estimate(run)["made"] == 1010.0
     assert recorder.record(store, now=1015.0) == 0 and recorder.walks == 2  # none left
@@ -155,7 +135,7 @@ def test_a_queue_that_cannot_be_estimated_is_not_walked_again_until_something_ch
 def test_a_held_run_gets_its_estimate_on_the_tick_after_it_is_released(store):
     from daemon.scheduling.estimate import EstimateRecorder
 
-    _baseline(store)
+    finished_baseline(store)
     run = _queued(store)
     store.set_held(run, True)
     recorder = EstimateRecorder()
@@ -172,7 +152,7 @@ def test_an_edited_config_is_estimated_again(store):
     from daemon.scheduling.estimate import EstimateRecorder
     from daemon.scheduling.queueing import edit_run
 
-    _baseline(store)
+    finished_baseline(store)
     run = _queued(store, model="tiny-qwen2")  # no baseline for this model
     recorder = EstimateRecorder()
     recorder.record(store, now=1000.0)

@@ -253,7 +253,7 @@ def test_the_graph_holds_an_import_inside_a_function_and_under_type_checking(tmp
                      "def f():\n    from daemon.stepmodel.stats import seal\n")
     assert project_imports(stray, "rngdctl.tui.data.reader") == {
         "rngdctl.tui.data.predictions", "daemon.stepmodel.stats"}
-    assert "daemon.scheduling.plan" in import_graph()["daemon.scheduling.estimate"]  # in a function
+    assert "daemon.scheduling.baselines" in import_graph()["daemon.scheduling.estimate"]  # in a function
 
 
 def test_every_folder_of_modules_is_a_package_that_an_install_ships():

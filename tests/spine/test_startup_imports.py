@@ -38,8 +38,9 @@ CARDS_LEAVE_OUT = {"daemon.store", "sqlite3", "daemon.launchers.k8s.cluster",
                    "socket"} | STEP_MODEL | NOTIFIER
 
 
-def loaded_by(home, *command: str, env: dict | None = None) -> set[str]:
-    """The modules in sys.modules after ``rngdctl --home HOME COMMAND``."""
+def loaded_by(home, *command: str, env: dict | None = None, probe_after: str = "") -> set[str]:
+    """The modules in sys.modules after ``rngdctl --home HOME COMMAND`` (``probe_after``:
+    code run after the command, before the modules are listed)."""
     probe = (
         "import json, sys\n"
         "from rngdctl.cli import main\n"
@@ -47,12 +48,20 @@ def loaded_by(home, *command: str, env: dict | None = None) -> set[str]:
         f"    main({['--home', str(home.path), *command]!r})\n"
         "except SystemExit:\n"
         "    pass\n"
-        "print(json.dumps(sorted(sys.modules)))\n"
+        "modules = sorted(sys.modules)\n"
+        f"{probe_after}"
+        "print(json.dumps(modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          cwd=REPO, check=True, timeout=60,
                          env={**os.environ, **(env or {})}).stdout
     return set(json.loads(out.strip().splitlines()[-1]))
+
+
+def printed_by(probe: str) -> list[str]:
+    """The words ``python -c PROBE`` prints, in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=REPO, check=True, timeout=60).stdout.split()
 
 
 @pytest.fixture
@@ -106,6 +115,46 @@ def test_runs_and_show_load_no_statistics_while_no_run_has_steps(home, queued_ru
     assert loaded & STATISTICS == set()
 
 
+@pytest.mark.parametrize("command", [["submit", "--cards", "1", "--resident", "0"], ["runs"],
+                                     ["show", "1"], ["runs", "--json"], ["show", "1", "--json"]])
+def test_submit_runs_and_show_make_no_record_class_nor_load_the_plan(home, measured_run,
+                                                                     queued_run, command):
+    # A record class is a dataclass made on its first instance: making the seven cost each
+    # command 29 million instructions at import (8 % of `runs`, issue 33), and the plan's
+    # dataclasses 17 million more to `runs` and `show`, which only need the queue's estimate.
+    loaded = loaded_by(home, *command, probe_after="from trainer import records\n"
+                       "import dataclasses\n"
+                       "assert not dataclasses.is_dataclass(records.Step), 'records made'\n")
+
+    assert "trainer.records" in loaded  # the probe saw the command import it
+    assert "daemon.scheduling.plan" not in loaded
+
+
+def test_a_record_class_is_a_frozen_dataclass_from_its_first_instance_in_any_thread():
+    probe = (
+        "import dataclasses, threading\n"
+        "from trainer import records\n"
+        "made = [dataclasses.is_dataclass(c) for c in (records.Step, records.Eval)]\n"
+        "barrier, errors = threading.Barrier(8), []\n"
+        "def first():\n"
+        "    barrier.wait()\n"
+        "    try:\n"
+        "        records.Step('main', 1, 2.0, 0.5, 8, 1e-5)\n"
+        "    except Exception as exc:\n"
+        "        errors.append(repr(exc))\n"
+        "threads = [threading.Thread(target=first) for _ in range(8)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "step = records.Step('main', 1, 2.0, 0.5, 8, 1e-5)\n"
+        "try:\n"
+        "    step.loss = 0.0\n"
+        "except dataclasses.FrozenInstanceError:\n"
+        "    made.append('frozen')\n"
+        "print(made, errors, dataclasses.is_dataclass(records.Eval),\n"
+        "      step == records.Step('main', 1, 2.0, 0.5, 8, 1e-5))\n"
+    )
+    assert printed_by(probe) == ["[False,", "False,", "'frozen']", "[]", "True", "True"]
+
+
 @pytest.mark.parametrize("cards", [0, 8])
 def test_cards_loads_neither_the_store_nor_the_kubernetes_code_on_a_local_host(
         home, tmp_path, cards):
@@ -148,7 +197,4 @@ def test_the_step_model_package_gives_every_public_name_and_keeps_compare_and_fi
         "print(missing, callable(stepmodel.compare), callable(stepmodel.fit),\n"
         "      type(stepmodel.compare).__name__, type(stepmodel.fit).__name__)\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         cwd=REPO, check=True, timeout=60).stdout
-
-    assert out.split() == ["[]", "True", "True", "function", "function"]
+    assert printed_by(probe) == ["[]", "True", "True", "function", "function"]

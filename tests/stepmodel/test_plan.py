@@ -12,6 +12,7 @@ from daemon import stepmodel
 from daemon.errors import BadInput
 from daemon.probes.host_reading import Holder, HostReading
 from daemon.scheduling import plan
+from daemon.scheduling.baselines import find_baseline
 from daemon.scheduling.plan import Capacity
 from rngdctl.cli import cli
 from rngdctl.units import secs as plan_secs
@@ -125,9 +126,9 @@ def test_the_newest_run_of_the_model_with_an_all_offload_pass_is_the_baseline(
                  config={"model": "tiny-llama", "cards": 1})  # resident only: no baseline
     recorded_run(make_pass(raw=False), config={"model": "tiny-qwen2", "cards": 1})
 
-    assert plan.find_baseline(store, "tiny-llama") == newer != older
+    assert find_baseline(store, "tiny-llama") == newer != older
     with pytest.raises(BadInput, match="no baseline for model 'llama-3.1-8b-mini'"):
-        plan.find_baseline(store, "llama-3.1-8b-mini")
+        find_baseline(store, "llama-3.1-8b-mini")
 
 
 def test_plan_prints_the_table_with_the_chosen_row_marked(home, small_baseline):

@@ -79,3 +79,24 @@ async def test_a_newly_queued_run_gets_its_estimate_at_the_next_refresh(make_app
     estimate = {e.run_id: e for e in queue_estimates(store, NOW)}[new]
     assert rows[-1][1:5] == [f"#{new} new", "◷ queued", _clock(estimate.start),
                              _clock(estimate.end)]
+
+
+async def test_a_long_queue_shows_its_head_and_the_filter_finds_a_run_further_back(make_app,
+                                                                                  settle, store):
+    from rngdctl.tui.widgets.queue import SHOWN
+
+    sweep = [store.add_run(validate({"cards": 1, "resident": 0, "steps": 10 + i}),
+                           name=f"sweep-{i}", now=NOW) for i in range(SHOWN + 50)]
+    queued = len(store.queue())
+
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        head = table_rows(pilot.app, "#queue-table")
+        subtitle = pilot.app.query_one("#queue").border_subtitle
+        await pilot.press("slash", *f"sweep-{SHOWN + 40}", "enter")
+        await settle(pilot)
+        found = table_rows(pilot.app, "#queue-table")
+
+    assert len(head) == SHOWN and head[0][0] == "4"  # the head of the queue, in launch order
+    assert subtitle.startswith(f"{queued} queued, the first {SHOWN} shown")
+    assert [r[1] for r in found] == [f"#{sweep[SHOWN + 40]} sweep-{SHOWN + 40}"]

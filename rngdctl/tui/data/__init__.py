@@ -63,7 +63,7 @@ class ViewSource(HostViews, CardViews, QueueViews, RunViews, HistoryViews):
 
     def build(self) -> Snapshot:
         now = self.clock()
-        queue = self.store.queue()
+        queue = self.queue()
         holders, holders_time = self.holders(now)
         current = self.current(now)
         return Snapshot(

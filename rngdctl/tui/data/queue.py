@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from daemon.errors import RngdctlError
 from daemon.gates.rules import NODES, node_verdicts
 from daemon.store import ACTIVE
@@ -17,13 +15,6 @@ LOAD_WINDOW_S = 3600.0
 #: Seconds between two estimates of the queue's starts and ends while the queue stays
 #: the same (a change in the queue or the active run estimates again at once).
 ESTIMATE_EVERY_S = 10.0
-
-
-@dataclass(frozen=True)
-class _NoEstimate:
-    basis: str
-    start: None = None
-    end: None = None
 
 
 class QueueViews(Reader):
@@ -64,6 +55,15 @@ class QueueViews(Reader):
                          load_now=load_now, load_series=load_series, as_of=as_of,
                          node=placed.get("node"), nodes=tuple(placed.get("nodes") or ()))
 
+    def queue(self) -> list[dict]:
+        """The queued runs in launch order (``Store.queue``), the same list while the queue as
+        stored is unchanged: decoding a sweep of 10,000 queued runs every second cost each
+        refresh 100 ms (issue 33), a look at them as stored a tenth of it."""
+        stored = self.store.queue_as_stored()
+        if self._queue is None or self._queue[0] != stored:
+            self._queue = (stored, self.store.queue())
+        return self._queue[1]
+
     def _queue_rows(self, queue: list[dict], now: float,
                     current: RunView | None = None) -> tuple[QueueRow, ...]:
         # The current run's running median, when it is the active run's main pass, spares the
@@ -72,38 +72,46 @@ class QueueViews(Reader):
                    and current.status in ACTIVE and current.label == records.MAIN
                    and current.median_s is not None else {})
         estimates = self.estimates(queue, now, medians)
-        return tuple(self._queue_row(r, now, estimates.get(r["id"])) for r in queue)
+        kept = self._queue_shown
+        if kept is not None and kept[0] is queue and kept[1] is estimates:
+            return kept[2]  # the same queue and estimates: the same rows
+        rows = tuple(self._queue_row(r, estimates.get(r["id"])) for r in queue)
+        self._queue_shown = (queue, estimates, rows)
+        return rows
 
     @staticmethod
-    def _queue_row(run: dict, now: float, estimate=None) -> QueueRow:
+    def _queue_row(run: dict, estimate: tuple | None) -> QueueRow:
         c = run["config"] or {}
+        start, end, basis = estimate or (None, None, "no estimate")
         return QueueRow(
             position=run["position"], run_id=run["id"], name=run.get("name"),
             held=bool(run["held"]), cards=_int(c.get("cards")),
             resident=_int(c.get("resident", c.get("resident_layers"))),
             steps=_int(c.get("steps")), model=c.get("model"), baseline=bool(c.get("baseline")),
-            age=max(0.0, now - run["created"]),
-            start=estimate.start if estimate else None, end=estimate.end if estimate else None,
-            basis=estimate.basis if estimate else "no estimate",
+            created=run["created"],
+            start=start, end=end, basis=basis,
         )
 
     def estimates(self, queue: list[dict], now: float, medians: dict | None = None) -> dict:
-        """``daemon.scheduling.estimate.queue_estimates`` by run id: again when the queue or
-        the active run changed, else at most every ESTIMATE_EVERY_S (it fits the step model
-        per queued run)."""
+        """``daemon.scheduling.estimate.queue_estimates`` by run id, (start, end, basis) each:
+        again when the queue (``queue``: a list ``queue()`` gave) or the active run changed,
+        else at most every ESTIMATE_EVERY_S (it walks the whole queue). Plain tuples, not the
+        estimates: the collector stops following those, and a sweep's 10,000 were each full
+        collection's to walk, in whichever thread, the UI's included."""
         if not queue:
             return {}
-        key = (tuple((r["id"], r["held"], repr(r["config"])) for r in queue),
-               tuple((r["id"], r["status"]) for r in self.store.active_runs()))
+        active = tuple((r["id"], r["status"]) for r in self.store.active_runs())
         cached = self._estimated
-        if cached and cached[1] == key and now - cached[0] < ESTIMATE_EVERY_S:
+        if (cached and cached[1][0] is queue and cached[1][1] == active
+                and now - cached[0] < ESTIMATE_EVERY_S):
             return cached[2]
         from daemon.scheduling.estimate import queue_estimates
 
         try:
-            value = {e.run_id: e for e in queue_estimates(self.store, now, medians=medians)}
+            value = {e.run_id: (e.start, e.end, e.basis)
+                     for e in queue_estimates(self.store, now, medians=medians)}
         except (RngdctlError, ArithmeticError, KeyError, TypeError, ValueError) as exc:
             # Advice, never a crash: every row says why it has none.
-            value = {r["id"]: _NoEstimate(f"no estimate: {exc}") for r in queue}
-        self._estimated = (now, key, value)
+            value = {r["id"]: (None, None, f"no estimate: {exc}") for r in queue}
+        self._estimated = (now, (queue, active), value)
         return value

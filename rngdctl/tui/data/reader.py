@@ -30,6 +30,9 @@ class Reader:
         self._predicted: dict[int, Predicted | None] = {}
         self._compared: dict[int, tuple[float, str, object]] = {}
         self._estimated: tuple[float, tuple, dict] | None = None
+        #: The queue as stored and decoded, and its rows with the estimates they were made with.
+        self._queue: tuple[list, list[dict]] | None = None
+        self._queue_shown: tuple[list[dict], dict, tuple] | None = None
         self._event_cursor: int | None = None
         self._curves: dict[int, LossCurve] = {}
         self._held_out: dict[tuple[int, str], HeldOutSeries] = {}

@@ -67,7 +67,7 @@ class QueueRow:
     steps: int | None
     model: str | None
     baseline: bool
-    age: float
+    created: float  # epoch seconds: the panel shows its age
     #: Estimated start and end (epoch seconds; None: no estimate) and what they rest on,
     #: or why there is none (daemon/scheduling/estimate.py).
     start: float | None = None
