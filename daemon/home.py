@@ -293,7 +293,7 @@ def _check_trackers(trackers: TrackersConfig, where: str) -> None:
     if trackers == TrackersConfig():
         return  # none set: spare every command the trackers' modules
     from daemon.errors import BadInput
-    from daemon.trackers.config import check_folder, check_mlflow
+    from daemon.trackers.targets import check_folder, check_mlflow
 
     try:
         if trackers.tensorboard is not None:

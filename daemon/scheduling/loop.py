@@ -517,7 +517,7 @@ def _trackers(config: Config, store: Store, note, clock):
     daemon/trackers/ is loaded then)."""
     if config.trackers.tensorboard is None and config.trackers.mlflow is None:
         return None
-    from daemon.trackers.config import configured
+    from daemon.trackers.targets import configured
     from daemon.trackers.worker import TrackerWorker
 
     return TrackerWorker(configured(config), open_store=lambda: Store(store.path), note=note,

@@ -1,65 +1,21 @@
-"""Fixtures of the tracker tests: a recorded run, TensorBoard's own reader, a real MLflow
-server on 127.0.0.1 with a SQLite store. ``home``, ``store`` and ``rngdctl`` are global.
-
-TensorBoard and MLflow are only the tests' (the dev extra): where either is missing its
-tests skip, naming it."""
+"""Fixtures of the tracker tests (tracker_support.py has the rest); ``home``, ``store`` and
+``rngdctl`` come from tests/conftest.py."""
 
 from __future__ import annotations
-
-import contextlib
-import importlib.util
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from daemon.store import DONE
-from tests.stepmodel.synthetic_logs import make_pass
+from tests.trackers.tracker_support import (
+    T0,
+    FeedingLauncher,
+    MlflowServer,
+    eval_line,
+    free_port,
+    passes,
+    start_lines,
+)
 from trainer import records
-
-needs_tensorboard = pytest.mark.skipif(
-    importlib.util.find_spec("tensorboard") is None,
-    reason="TensorBoard's reader is not installed (the dev extra: pip install -e '.[dev]')")
-needs_mlflow = pytest.mark.skipif(
-    importlib.util.find_spec("mlflow") is None,
-    reason="MLflow (its server and MlflowClient) is not installed (the dev extra)")
-
-T0 = 1_790_000_000.0
-#: The tracker tests' MLflow processes: no telemetry, no job runner (a dozen processes).
-MLFLOW_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true",
-              "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-os.environ.update(MLFLOW_ENV)  # MlflowClient in this process too
-
-
-def passes(steps: int, *, first: int = 1) -> tuple[list, list]:
-    """A baseline and a main pass of ``steps`` steps from the step model's synthetic terms,
-    steps ``first`` on."""
-    baseline = make_pass(cards=2, raw=False, steps=steps)[first - 1:]
-    main = make_pass(cards=2, resident_per_card=8, label=records.MAIN, raw=False,
-                     steps=steps)[first - 1:]
-    return baseline, main
-
-
-def start_lines(steps: list) -> list[str]:
-    last = steps[-1].extra
-    config = {"backend": "cpu", "cards": last["cards"], "layers": last["layers"],
-              "resident_layers": last["resident_per_card"], "seq_len": last["seq_len"],
-              "accum": last["accum"], "micro_batch": 1, "vocab_size": 128256,
-              "hidden_size": 4096, "tied_head": False,
-              "params_per_layer": last["params_per_layer"]}
-    return [records.dumps(records.Start(config_label=steps[0].config_label, config=config,
-                                        time=T0))]
-
-
-def eval_line(step: int, loss: float) -> str:
-    return records.dumps(records.Eval(config_label=records.MAIN, step=step, loss=loss,
-                                      tokens=640, examples=10, seconds=0.5, time=T0 + step))
 
 
 @pytest.fixture
@@ -73,8 +29,7 @@ def tracked_run(store):
         run_id = store.add_run({"backend": "cpu", "cards": 2, "resident": 8, "steps": steps,
                                 "lr": 1e-5, "model": "tiny-llama", "lora": None,
                                 "baseline": True}, name=name, now=T0)
-        assert store.claim_for_launch(run_id, launcher="local", now=T0 + 1)
-        store.update_run(run_id, status="running", started=T0 + 2)
+        store.update_run(run_id, status="running", launcher="local", started=T0 + 2)
         baseline, main = passes(steps)
         lines = start_lines(baseline) + [records.dumps(s) for s in baseline]
         lines += start_lines(main) + [records.dumps(s) for s in main]
@@ -87,99 +42,33 @@ def tracked_run(store):
     return add
 
 
-def more_steps(store, run_id: int, first: int, last: int) -> None:
-    """Steps ``first`` to ``last`` of both passes, ingested as the daemon would."""
-    from daemon.run.ingest import Ingest
-
-    baseline, main = passes(last, first=first)
-    Ingest(store).feed(run_id, [records.dumps(s) for s in (*baseline, *main)])
-
-
-# === TensorBoard's reader =====================================================
-
-
-def read_events(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of the event files in ``folder`` (not below it), as TensorBoard's
-    EventAccumulator reads them: tag -> [(step, value)], none sampled away."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    reader = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
-    reader.Reload()
-    return {tag: [(e.step, e.value) for e in reader.Scalars(tag)]
-            for tag in reader.Tags()["scalars"]}
-
-
-def read_accumulator(folder: Path):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    reader = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
-    reader.Reload()
-    return reader
-
-
-# === a real MLflow server ======================================================
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class MlflowServer:
-    """``mlflow server`` on 127.0.0.1:``port`` with a SQLite store and served artifacts,
-    in ``folder``; ``start()`` waits for its /health, ``stop()`` ends its whole group."""
-
-    def __init__(self, folder: Path, port: int):
-        self.folder, self.port = folder, port
-        self.uri = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 180.0) -> MlflowServer:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        log = (self.folder / "server.log").open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1",
-             "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
-             "--artifacts-destination", str(self.folder / "artifacts")],
-            cwd=self.folder, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True, env={**os.environ, **MLFLOW_ENV})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited {self.proc.returncode}: "
-                                   f"{(self.folder / 'server.log').read_text()[-2000:]}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        return self
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"mlflow server did not answer within {timeout:g} s")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=20)
-        self.proc = None
-
-    def client(self):
-        from mlflow.tracking import MlflowClient
-
-        return MlflowClient(tracking_uri=self.uri)
-
-
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
     """One MLflow server for the session's tests (it takes seconds to start)."""
     server = MlflowServer(tmp_path_factory.mktemp("mlflow"), free_port()).start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def start_daemon(home, store):
+    """start(trackers={...}, clock=...) -> the real Daemon over a FeedingLauncher on an idle
+    host, [trackers] set as given, its trackers' thread started; closed after the test."""
+    from daemon.home import TrackersConfig
+    from daemon.probes.host_reading import HostReading
+    from daemon.scheduling.loop import Daemon
+
+    started = []
+
+    def start(trackers: dict, **kwargs):
+        config = home.config()
+        config.trackers = TrackersConfig(**trackers)
+        d = Daemon(home, store, config, FeedingLauncher(store),
+                   probe=lambda: HostReading(0.0, (1.0, 1.0, 1.0), (), True), **kwargs)
+        d.start()
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.close()

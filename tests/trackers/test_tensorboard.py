@@ -8,16 +8,18 @@ import math
 import os
 
 import pytest
-from conftest import more_steps, needs_tensorboard, read_accumulator, read_events
 
 from daemon.errors import BadInput
 from daemon.trackers import tfevents
 from daemon.trackers.send import send_all, send_run
 from daemon.trackers.tensorboard import TensorBoard
+from tests.trackers.tracker_support import (
+    more_steps,
+    needs_tensorboard,
+    read_accumulator,
+    read_events,
+)
 from trainer import ownership, records
-
-pytestmark = needs_tensorboard
-
 
 #: A scalar goes in as a float32: within half its epsilon of the value sent.
 F32 = 2 ** -24
@@ -35,6 +37,7 @@ def test_crc32c_is_castagnolis():
     assert tfevents.crc32c(b"123456789") == 0xE3069283  # the standard check value
 
 
+@needs_tensorboard
 def test_a_run_goes_to_its_own_folder_with_steps_phases_evals_model_config_and_note(
         store, tracked_run, tmp_path):
     run = store.run(tracked_run(20))
@@ -69,6 +72,7 @@ def test_a_run_goes_to_its_own_folder_with_steps_phases_evals_model_config_and_n
     assert ownership.read_owner(folder) == ownership.Owner(str(run["id"]), store.home_id)
 
 
+@needs_tensorboard
 def test_the_config_goes_in_as_the_hparams_plugins_hyperparameters_and_the_end_as_its_status(
         store, tracked_run, tmp_path):
     from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
@@ -90,6 +94,7 @@ def test_the_config_goes_in_as_the_hparams_plugins_hyperparameters_and_the_end_a
     assert end.status == api_pb2.STATUS_SUCCESS
 
 
+@needs_tensorboard
 def test_exporting_twice_gives_each_point_once(store, tracked_run, tmp_path, rngdctl):
     run_id = tracked_run(20)
     folder = tmp_path / "tb" / f"run-{run_id}-chat"
@@ -104,6 +109,7 @@ def test_exporting_twice_gives_each_point_once(store, tracked_run, tmp_path, rng
     assert steps_of(read_events(folder), "train/loss") == list(range(1, 21))
 
 
+@needs_tensorboard
 def test_steps_stored_later_are_appended_each_once(store, tracked_run, tmp_path):
     run_id = tracked_run(10, status=None)
     tb = TensorBoard(tmp_path / "tb")
@@ -117,6 +123,7 @@ def test_steps_stored_later_are_appended_each_once(store, tracked_run, tmp_path)
     assert "stepmodel/error" not in events  # still running: no end yet
 
 
+@needs_tensorboard
 def test_bytes_written_past_the_cursor_are_cut_before_the_next_write(store, tracked_run,
                                                                     tmp_path):
     run_id = tracked_run(12, status=None)
@@ -135,6 +142,7 @@ def test_bytes_written_past_the_cursor_are_cut_before_the_next_write(store, trac
     assert 9.0 not in [v for _, v in events["train/loss"]]
 
 
+@needs_tensorboard
 def test_a_lost_folder_is_claimed_and_written_again_whole(store, tracked_run, tmp_path):
     import shutil
 
@@ -151,6 +159,7 @@ def test_a_lost_folder_is_claimed_and_written_again_whole(store, tracked_run, tm
     assert steps_of(events, "stepmodel/error") == [6]
 
 
+@needs_tensorboard
 def test_a_file_shorter_than_its_cursor_is_written_again_whole(store, tracked_run, tmp_path):
     run = store.run(tracked_run(6))
     tb = TensorBoard(tmp_path / "tb")
@@ -192,6 +201,7 @@ def test_a_folder_rngdctl_did_not_make_is_not_written(store, tracked_run, tmp_pa
     assert sorted(p.name for p in folder.iterdir()) == ["mine.txt"]
 
 
+@needs_tensorboard
 def test_a_nan_loss_goes_in_as_nan(store, tracked_run, tmp_path):
     from daemon.run.ingest import Ingest
     from tests.stepmodel.synthetic_logs import make_pass
