@@ -2,10 +2,11 @@
 
 The tick only ``poke``s the worker (an event set: no network call, no file written, no
 wait); the worker reads what ingest stored through its own store connection and sends
-it (send.py), a bounded batch per pass and run at a time. Ingest is never slowed by it:
-the worker rests between rounds so that it holds the interpreter at most ``DUTY`` of the
-time (its own CPU time, measured), and it never holds a write transaction while it
-talks to a tracker.
+it (send.py), ``BATCH_STEPS`` steps per pass and run at a time (one MLflow request). Ingest
+is never slowed by it: a round stops once it used ``ROUND_CPU_S`` of CPU time per tracker
+(the next one starts with the runs this one did not reach), the worker then rests so that
+it holds the interpreter at most ``DUTY`` of the time (its own CPU time, measured), and it
+never holds a write transaction while it talks to a tracker.
 
 A tracker that cannot be reached is one ``tracker_failed`` event, again at most every
 ``SAY_AGAIN_S`` while it stays down, and a ``tracker_back`` event when it answers again;
@@ -28,6 +29,10 @@ log = logging.getLogger("rngdctl.trackers")
 
 #: The share of its time the worker may hold the CPU while it catches up.
 DUTY = 0.05
+#: CPU seconds a round may use per tracker before it stops; the rest comes next round.
+ROUND_CPU_S = 0.005
+#: Steps per pass sent at once: a step is about 12 MLflow metrics, a request takes 1,000.
+BATCH_STEPS = 80
 #: Seconds between two looks at the store without a poke; the longest rest between rounds.
 POLL_S = 5.0
 #: The first retry of a failing tracker or run, doubled each failure up to the most.
@@ -79,6 +84,7 @@ class TrackerWorker:
         self._health = {sink.key: _Health() for sink in self.sinks}
         self._runs: dict[tuple[str, int], _Health] = {}
         self._since: dict[str, float] = {}
+        self._last: dict[str, int] = {}  # per tracker, the run a round stopped after
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -121,12 +127,16 @@ class TrackerWorker:
         health = self._health[sink.key]
         if now < health.retry_at:
             return False
-        more = False
+        more, started = False, time.thread_time()
         try:
             since = self._since.get(sink.key)
             if since is None:
                 since = self._since[sink.key] = store.tracker_since(sink.key, now)
-            for run in store.tracker_due(sink.key, since, limit=RUNS_PER_ROUND):
+            for run in self._in_turn(sink, store.tracker_due(sink.key, since,
+                                                             limit=RUNS_PER_ROUND)):
+                if time.thread_time() - started > ROUND_CPU_S:
+                    return True  # the next round goes on from here
+                self._last[sink.key] = run["id"]
                 more = self._sync_run(store, sink, run, now) or more
         except Unreachable as exc:
             self._down(store, sink, health, exc, now)
@@ -135,13 +145,19 @@ class TrackerWorker:
             self._back(store, sink, health, now)
         return more
 
+    def _in_turn(self, sink, runs: list[dict]) -> list[dict]:
+        """The runs after the one the last round stopped after first, so that a long run
+        catching up leaves the others their turn."""
+        last = self._last.get(sink.key, 0)
+        return [r for r in runs if r["id"] > last] + [r for r in runs if r["id"] <= last]
+
     def _sync_run(self, store, sink, run: dict, now: float) -> bool:
         key = (sink.key, run["id"])
         health = self._runs.get(key)
         if health is not None and now < health.retry_at:
             return False
         try:
-            sent = send_run(store, sink, run, note=self.note)
+            sent = send_run(store, sink, run, note=self.note, limit=BATCH_STEPS)
         except (Unreachable, KeyboardInterrupt):
             raise
         except Busy:
