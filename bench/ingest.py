@@ -100,6 +100,16 @@ def floor(path: Path, lines: list[str], batch: int) -> float:
         return time.perf_counter() - started
 
 
+def report(name: str, seconds: list[float], against: str, their_seconds: list[float],
+           lines: int, target: float) -> float:
+    """Print the two lines-per-second figures (medians) and their ratio; the ratio."""
+    rate, theirs = lines / statistics.median(seconds), lines / statistics.median(their_seconds)
+    ratio = rate / theirs
+    print(f"{name}: {rate:,.0f} lines/s; {against}: {theirs:,.0f} lines/s; {ratio:.2f}x "
+          f"(target >= {target}x): {'met' if ratio >= target else 'MISSED'}")
+    return ratio
+
+
 def feed_tracked(path: Path, lines: list[str], batch: int, tensorboard: Path,
                  mlflow: str) -> tuple[float, float]:
     """``feed`` with both trackers' worker running on the same store: (seconds to ingest,
@@ -147,16 +157,12 @@ def trackers_main(args, lines: list[str]) -> int:
                                            Path(tmp) / f"tb-{r}", args.mlflow)
             tracked.append(seconds)
             catch_up.append(caught)
-    n = args.lines
-    plain_rate, tracked_rate = n / statistics.median(plain), n / statistics.median(tracked)
-    ratio = tracked_rate / plain_rate
-    print(f"Ingest.feed with TensorBoard and MLflow on: {tracked_rate:,.0f} lines/s; without: "
-          f"{plain_rate:,.0f} lines/s; {ratio:.2f}x (target >= {TRACKERS_TARGET}x): "
-          f"{'met' if ratio >= TRACKERS_TARGET else 'MISSED'}")
+    ratio = report("Ingest.feed with TensorBoard and MLflow on", tracked, "without", plain,
+                   args.lines, TRACKERS_TARGET)
     print(f"both caught up {statistics.median(catch_up):.1f} s after the last batch (median); "
           f"each cursor at the last step")
-    print(f"({n:,} step lines in batches of {args.batch}, median of {args.rounds} alternating "
-          f"rounds each; MLflow at {args.mlflow})")
+    print(f"({args.lines:,} step lines in batches of {args.batch}, median of {args.rounds} "
+          f"alternating rounds each; MLflow at {args.mlflow})")
     return 0 if ratio >= TRACKERS_TARGET else 1
 
 
@@ -180,11 +186,7 @@ def main() -> int:
             with Store(Path(tmp) / f"feed-{r}.db") as a, Store(Path(tmp) / f"floor-{r}.db") as b:
                 assert a.steps(1) == b.steps(1), "the floor must store the same rows"
     n = args.lines
-    feed_rate, floor_rate = n / statistics.median(fed), n / statistics.median(floors)
-    ratio = feed_rate / floor_rate
-    print(f"Ingest.feed: {feed_rate:,.0f} lines/s; floor (json.loads + executemany): "
-          f"{floor_rate:,.0f} lines/s; {ratio:.2f}x (target >= {TARGET}x): "
-          f"{'met' if ratio >= TARGET else 'MISSED'}")
+    ratio = report("Ingest.feed", fed, "floor (json.loads + executemany)", floors, n, TARGET)
     print(f"({n:,} step lines in batches of {args.batch}, median of {args.rounds} alternating "
           f"rounds each)")
     return 0 if ratio >= TARGET else 1

@@ -228,7 +228,7 @@ class Daemon:
                           outcome.status)
             self.notifications.close()  # the calls queued so far, each bounded
             if self.trackers is not None:
-                self.trackers.close()  # after the request in flight, bounded by its timeout
+                self.trackers.close()  # what is left, for at most 30 s: the rest at next start
             if was_active or self.leader is None:  # a standby never owned the daemon row
                 self.store.daemon_stopped(reason, now=self.clock())
                 self.store.add_event(None, "daemon", f"daemon stopped: {reason}",

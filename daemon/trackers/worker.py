@@ -39,6 +39,9 @@ POLL_S = 5.0
 BACKOFF_S, BACKOFF_MOST_S = 2.0, 300.0
 #: A tracker (or run) still failing is said again after this long.
 SAY_AGAIN_S = 1800.0
+#: Seconds a stopping daemon's worker goes on sending, and past that the most it waits
+#: for the request in flight (each is bounded by [trackers] timeout).
+DRAIN_S, JOIN_GRACE_S = 30.0, 15.0
 #: Runs looked at per tracker and round.
 RUNS_PER_ROUND = 100
 FAILED, BACK = "tracker_failed", "tracker_back"
@@ -87,6 +90,7 @@ class TrackerWorker:
         self._last: dict[str, int] = {}  # per tracker, the run a round stopped after
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._drain_until = 0.0  # monotonic: when a stopping worker stops sending
         self._thread: threading.Thread | None = None
 
     # === the daemon's calls ===================================================
@@ -102,14 +106,16 @@ class TrackerWorker:
         """New steps may be stored: look now (the tick's whole cost: an event set)."""
         self._wake.set()
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop after the request in flight (each is bounded by the trackers' timeout)."""
+    def close(self, drain_s: float = DRAIN_S) -> None:
+        """Send what is left for up to ``drain_s`` (a run that just ended: its end), then
+        stop; what is still left goes when a daemon starts again, from the cursors."""
         thread, self._thread = self._thread, None
         if thread is None:
             return
+        self._drain_until = time.monotonic() + drain_s
         self._stop.set()
         self._wake.set()
-        thread.join(timeout)
+        thread.join(drain_s + JOIN_GRACE_S)
         if thread.is_alive():
             log.error("the trackers' worker is still in a request at daemon stop; left to it")
 
@@ -219,8 +225,17 @@ class TrackerWorker:
                     self._stop.wait(min(self.poll_s, used * (1 - self.duty) / self.duty))
                 else:
                     self._wake.wait(self.poll_s)
+            self._drain(store)
         finally:
             store.close()
+
+    def _drain(self, store) -> None:
+        """The daemon stops: no rest between rounds, until nothing is left or time is up."""
+        try:
+            while time.monotonic() < self._drain_until and self.sync(store):
+                pass
+        except Exception:
+            log.exception("the trackers' last round failed")
 
 
 def _name(sink) -> str:

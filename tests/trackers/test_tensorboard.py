@@ -130,16 +130,19 @@ def test_bytes_written_past_the_cursor_are_cut_before_the_next_write(store, trac
     tb = TensorBoard(tmp_path / "tb")
     send_run(store, tb, store.run(run_id), limit=5)
     cursor = store.tracker_pass(tb.key, run_id, records.MAIN)
-    # A writer killed between its write and its cursor: steps 6-7 are in the file, uncounted.
+    # A writer killed between its write and its cursor: steps 6-105 are in the file,
+    # uncounted, more bytes than what is written there next.
     with open(cursor["file"], "ab") as f:
-        f.write(tfevents.scalars_event(1.0, 6, {"train/loss": 9.0}))
-        f.write(tfevents.scalars_event(1.0, 7, {"train/loss": 9.0}))
+        for step in range(6, 106):
+            f.write(tfevents.scalars_event(1.0, step, {"train/loss": 9.0, "train/lr": 9.0}))
 
     send_all(store, tb, store.run(run_id))
 
     events = read_events(tmp_path / "tb" / f"run-{run_id}-chat")
     assert steps_of(events, "train/loss") == list(range(1, 13))
     assert 9.0 not in [v for _, v in events["train/loss"]]
+    after = store.tracker_pass(tb.key, run_id, records.MAIN)
+    assert os.path.getsize(after["file"]) == after["size"]  # nothing uncounted is left
 
 
 @needs_tensorboard

@@ -10,6 +10,7 @@ import time
 from daemon.store import Store
 from daemon.trackers.tensorboard import TensorBoard
 from daemon.trackers.worker import BACK, FAILED, SAY_AGAIN_S, TrackerWorker
+from tests.procs import wait_for
 from tests.trackers.tracker_support import (
     T0,
     MlflowServer,
@@ -18,7 +19,6 @@ from tests.trackers.tracker_support import (
     needs_tensorboard,
     read_events,
     step_lines,
-    wait_for,
 )
 from trainer import ownership, records
 
@@ -157,3 +157,16 @@ def test_a_run_refused_there_backs_off_alone_with_one_event(store, tracked_run, 
     sync_all(worker, store, T0 + 1000 + SAY_AGAIN_S)
     assert [s for s, _ in read_events(foreign)["train/loss"]] == list(range(1, 6))
     assert len(tracker_events(store, BACK, refused)) == 1
+
+
+@needs_tensorboard
+def test_a_daemon_that_stops_sends_what_is_left_first(store, tracked_run, start_daemon,
+                                                      tmp_path):
+    run_id = tracked_run(300)  # many rounds' worth, ended (at T0 + 500): its end goes last
+    daemon = start_daemon({"tensorboard": str(tmp_path / "tb")}, clock=lambda: T0 + 100)
+
+    daemon.trackers.close()
+
+    events = read_events(tmp_path / "tb" / f"run-{run_id}-chat")
+    assert [s for s, _ in events["train/loss"]] == list(range(1, 301))
+    assert [s for s, _ in events["stepmodel/error"]] == [300]

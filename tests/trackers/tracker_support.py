@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.queue.conftest import ScriptedLauncher
 from tests.stepmodel.synthetic_logs import make_pass
 from trainer import records
 
@@ -154,7 +155,7 @@ class MlflowServer:
 # === a daemon whose runs print the steps the test gives ========================
 
 
-class FeedingLauncher:
+class FeedingLauncher(ScriptedLauncher):
     """A launcher whose active runs print, at each follow, the lines queued for them
     (``lines[run_id]``): what a tick reads from a trainer's log."""
 
@@ -163,50 +164,20 @@ class FeedingLauncher:
     def __init__(self, store):
         from daemon.run.ingest import Ingest
 
+        super().__init__()
         self.ingest = Ingest(store)
         self.lines: dict[int, list[str]] = {}
-
-    def cluster_reading(self, run):
-        from daemon.gates.rules import ClusterReading
-
-        return ClusterReading()
-
-    def own_pids(self):
-        return set()
-
-    def launch(self, run):
-        pass
 
     def follow(self, run):
         lines = self.lines.pop(run["id"], [])
         if lines:
             self.ingest.feed(run["id"], lines)
 
-    def cancel(self, run):
-        pass
-
     def recover(self, run):
-        return None
-
-    def startup(self):
-        pass
-
-    def close(self):
-        pass
+        return None  # still running: followed on
 
 
 def step_lines(first: int, last: int) -> list[str]:
     """Steps ``first`` to ``last`` of both passes as the trainer prints them."""
     baseline, main = passes(last, first=first)
     return [records.dumps(s) for s in (*baseline, *main)]
-
-
-def wait_for(condition, timeout: float = 60.0, every: float = 0.1):
-    """``condition()``'s first true value within ``timeout`` seconds; AssertionError else."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout:g} s")
