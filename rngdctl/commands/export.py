@@ -68,8 +68,8 @@ def export(home, runs, out, update_design, tensorboard, mlflow, as_json):
 def _send(home, refs: list[str], *, tensorboard: str | None, mlflow: str | None,
           as_json: bool) -> None:
     """Send the runs to the trackers asked for, each from where its cursors stand."""
-    from daemon.trackers.targets import sinks
     from daemon.trackers.send import send_all
+    from daemon.trackers.targets import sinks
     from rngdctl.export import note_text
     from rngdctl.export.collect import refuse_without_steps
 
