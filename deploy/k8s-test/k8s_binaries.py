@@ -35,7 +35,7 @@ PACKAGES = [
     (HERE, ["./etcd", "k8s.io/kubernetes/cmd/kube-apiserver",
             "k8s.io/kubernetes/cmd/kube-controller-manager",
             "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kubectl"]),
-    (KWOK, ["sigs.k8s.io/kwok/cmd/kwok"]),
+    (KWOK, ["sigs.k8s.io/kwok/cmd/kwok"]),  # its version is a constant in its source
 ]
 BINARIES = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
             "kwok"]
@@ -47,19 +47,21 @@ PINNED_FILES = [HERE / "go.mod", HERE / "go.sum", HERE / "etcd" / "main.go",
                 KWOK / "go.mod", KWOK / "go.sum"]
 
 
-def ldflags() -> str:
-    """Stripped binaries that know their release (else they report v0.0.0-master)."""
-    major, minor = RELEASE.lstrip("v").split(".")[:2]
+def ldflags(folder: Path) -> str:
+    """Stripped binaries; Kubernetes' know their release (else they say v0.0.0-master)."""
     flags = ["-s", "-w"]
+    if folder != HERE:
+        return " ".join(flags)
+    major, minor = RELEASE.lstrip("v").split(".")[:2]
     for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
         flags += [f"-X {package}.gitVersion={RELEASE}", f"-X {package}.gitMajor={major}",
                   f"-X {package}.gitMinor={minor}", f"-X {package}.gitTreeState=clean"]
     return " ".join(flags)
 
 
-def go_build_command(out: Path, packages: list[str]) -> list[str]:
-    return ["go", "build", "-p", "1", "-mod=readonly", "-trimpath", "-ldflags", ldflags(),
-            "-o", f"{out}{os.sep}", *packages]
+def go_build_command(folder: Path, out: Path, packages: list[str]) -> list[str]:
+    return ["go", "build", "-p", "1", "-mod=readonly", "-trimpath", "-ldflags",
+            ldflags(folder), "-o", f"{out}{os.sep}", *packages]
 
 
 def bin_dir() -> Path:
@@ -68,7 +70,7 @@ def bin_dir() -> Path:
     for path in PINNED_FILES:
         key.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     for folder, packages in PACKAGES:
-        key.update(repr(go_build_command(Path("OUT"), packages)).encode())
+        key.update(repr(go_build_command(folder, Path("OUT"), packages)).encode())
     return cache / "rngdctl" / f"k8s-{key.hexdigest()[:12]}"
 
 
@@ -115,7 +117,7 @@ def _build_locked(where: Path) -> Path:
     with open(log_file(where), "w") as log:
         for folder, packages in PACKAGES:
             started = time.monotonic()
-            why = _run(go_build_command(partial, packages), folder, log)
+            why = _run(go_build_command(folder, partial, packages), folder, log)
             if why:
                 return _fail(failed, why)
             figures.append(f"{' '.join(packages)}: {time.monotonic() - started:.0f} s")
