@@ -119,10 +119,12 @@ def _build_locked(where: Path) -> Path:
             started = time.monotonic()
             why = _run(go_build_command(folder, partial, packages), folder, log)
             if why:
+                shutil.rmtree(partial, ignore_errors=True)
                 return _fail(failed, why)
             figures.append(f"{' '.join(packages)}: {time.monotonic() - started:.0f} s")
         crd = _kwok_logs_crd(log)
         if crd is None:
+            shutil.rmtree(partial, ignore_errors=True)
             return _fail(failed, f"kwok's module has no {KWOK_LOGS_CRD} (see {log_file(where)})")
         shutil.copyfile(crd, partial / "kwok-logs-crd.yaml")
     sizes = [f"{b}: {(partial / b).stat().st_size / 2**20:.0f} MiB" for b in BINARIES]
