@@ -41,9 +41,11 @@ def plane(tmp_path_factory):
     plane.start()
     try:
         admin = Admin(plane)
-        admin.add_node(NODE, cards=CARDS, images=[IMAGE])
-        print(f"\ncontrol plane up in {time.monotonic() - started:.1f} s at {plane.server}",
-              file=sys.stderr)
+        with plane.timed("the node Ready (kwok)"):
+            admin.add_node(NODE, cards=CARDS, images=[IMAGE])
+        steps = ", ".join(f"{step} {s:.1f}" for step, s in plane.timings.items())
+        print(f"\ncontrol plane up in {time.monotonic() - started:.1f} s ({steps}) at "
+              f"{plane.server}", file=sys.stderr)
         yield plane
     finally:
         plane.stop()
@@ -75,9 +77,10 @@ def agent_kubeconfig(plane, deployed, tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def as_daemon(daemon_kubeconfig, monkeypatch, admin):
+def as_daemon(plane, daemon_kubeconfig, monkeypatch, admin):
     """KUBECONFIG is the rngdctl ServiceAccount's; our Jobs and pods are gone after the test
     (each test's store numbers its runs from 1, and so names its Jobs alike)."""
+    plane.check_alive()  # a component that died says so here, with its log, not as a timeout
     monkeypatch.setenv("KUBECONFIG", str(daemon_kubeconfig))
     yield daemon_kubeconfig
     for kind in ("apis/batch/v1", "api/v1"):

@@ -15,8 +15,9 @@ Every process has a start timeout; ``stop`` ends each (SIGTERM, then SIGKILL) by
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
+import shutil
 import signal
 import socket
 import ssl
@@ -162,32 +163,47 @@ class ControlPlane:
         self.server = f"https://127.0.0.1:{self.api_port}"
         self.admin_kubeconfig = work / "admin.kubeconfig"
         self.components: list[Component] = []
+        self.timings: dict[str, float] = {}  # seconds each start step took, for the log
 
     # --- starting ---------------------------------------------------------------
 
     def start(self) -> None:
         for folder in (self.logs, self.pod_logs):
             folder.mkdir(parents=True, exist_ok=True)
-        make_certificates(self.pki)
+        with self.timed("certificates"):
+            make_certificates(self.pki)
         write_kubeconfig(self.admin_kubeconfig, self.server, self.pki / "ca.crt", {
             "client-certificate": str(self.pki / "admin.crt"),
             "client-key": str(self.pki / "admin.key")})
         try:
-            self._start_etcd()
-            self._start_apiserver()
+            with self.timed("etcd"):
+                self._start_etcd()
+            with self.timed("kube-apiserver"):
+                self._start_apiserver()
             self._start(Component("kube-controller-manager", self._controller_manager(),
                                   self.logs))
             self._start(Component("kube-scheduler", [
                 str(self.bin / "kube-scheduler"), f"--kubeconfig={self.admin_kubeconfig}",
                 "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"],
                 self.logs))
-            self.kubectl("apply", "--server-side", "-f", str(self.bin / "kwok-logs-crd.yaml"))
-            self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                         "crd/logs.kwok.x-k8s.io")
+            with self.timed("kwok's Logs CRD"):
+                self.kubectl("apply", "--server-side", "-f",
+                             str(self.bin / "kwok-logs-crd.yaml"))
+                self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                             "crd/logs.kwok.x-k8s.io")
             self._start(Component("kwok", self._kwok(), self.logs))
         except BaseException:
             self.stop()
             raise
+
+    @contextlib.contextmanager
+    def timed(self, step: str):
+        """Time a start step into ``timings``."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[step] = time.monotonic() - started
 
     def _start(self, component: Component) -> Component:
         component.start()
@@ -313,7 +329,6 @@ def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
 
 def environment_problem() -> str | None:
     """What this machine lacks to run the control plane (openssl), in one line."""
-    if not any(os.access(Path(d) / "openssl", os.X_OK)
-               for d in os.environ.get("PATH", "").split(os.pathsep) if d):
+    if shutil.which("openssl") is None:
         return "openssl is not on PATH (the tests make their certificates with it)"
     return None
