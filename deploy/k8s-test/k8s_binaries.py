@@ -29,7 +29,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 KWOK = HERE / "kwok"
-RELEASE = "v1.37.2"  # k8s.io/kubernetes in go.mod; the binaries report it as their version
 #: (module folder, packages): each `go build` makes the binaries of one module.
 PACKAGES = [
     (HERE, ["./etcd", "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -47,14 +46,24 @@ PINNED_FILES = [HERE / "go.mod", HERE / "go.sum", HERE / "etcd" / "main.go",
                 KWOK / "go.mod", KWOK / "go.sum"]
 
 
+def release() -> str:
+    """The Kubernetes release go.mod requires (``v1.37.2``)."""
+    for line in (HERE / "go.mod").read_text().splitlines():
+        words = line.removeprefix("require").split()
+        if words[:1] == ["k8s.io/kubernetes"]:
+            return words[1]
+    raise ValueError(f"{HERE / 'go.mod'} requires no k8s.io/kubernetes")
+
+
 def ldflags(folder: Path) -> str:
     """Stripped binaries; Kubernetes' know their release (else they say v0.0.0-master)."""
     flags = ["-s", "-w"]
     if folder != HERE:
         return " ".join(flags)
-    major, minor = RELEASE.lstrip("v").split(".")[:2]
+    version = release()
+    major, minor = version.lstrip("v").split(".")[:2]
     for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        flags += [f"-X {package}.gitVersion={RELEASE}", f"-X {package}.gitMajor={major}",
+        flags += [f"-X {package}.gitVersion={version}", f"-X {package}.gitMajor={major}",
                   f"-X {package}.gitMinor={minor}", f"-X {package}.gitTreeState=clean"]
     return " ".join(flags)
 
@@ -128,7 +137,8 @@ def _build_locked(where: Path) -> Path:
             return _fail(failed, f"kwok's module has no {KWOK_LOGS_CRD} (see {log_file(where)})")
         shutil.copyfile(crd, partial / "kwok-logs-crd.yaml")
     sizes = [f"{b}: {(partial / b).stat().st_size / 2**20:.0f} MiB" for b in BINARIES]
-    (partial / ".built").write_text("\n".join([f"Kubernetes {RELEASE}", *figures, *sizes]) + "\n")
+    (partial / ".built").write_text("\n".join([f"Kubernetes {release()}", *figures, *sizes])
+                                    + "\n")
     os.replace(partial, where)
     failed.unlink(missing_ok=True)
     return where
