@@ -76,3 +76,15 @@ def test_a_restarted_daemon_adopts_the_running_job_and_follows_it_to_done(daemon
     assert store.run(run_id)["status"] == "done"
     jobs = admin.items(f"/apis/batch/v1/namespaces/{NS}/jobs")
     assert [j["metadata"]["name"] for j in jobs] == [job]  # the same Job, not a second
+
+
+def test_a_job_past_its_deadline_ends_the_run_as_a_timeout(daemons, submit, store, admin):
+    daemon = daemons.start()
+    run_id = submit(deadline=3)  # activeDeadlineSeconds: the Job controller stops it
+    _, pod = _launched(daemon, store, admin, run_id)
+    admin.write_log(NS, pod, CONTAINER, [start_line(run_id), step_line(1)])
+    tick_until(daemon, lambda: store.run(run_id)["status"] != "running",
+               f"run {run_id} stopped by its deadline")
+    run = store.run(run_id)
+    assert run["status"] == "timeout", run
+    assert "DeadlineExceeded: the Job ran past its 3 s deadline" in run["exit_reason"]
