@@ -6,7 +6,8 @@ through a TokenRequest token, so the real authorizer judges deploy/rbac.yaml. Wh
 binaries are not built, or the machine lacks openssl, every test here skips naming why.
 
 The kmock tier (tests/k8s) stays for fast tests and for faults a real server cannot be made
-to show; this folder's fixtures replace its ``config``, ``launcher`` and ``daemon``.
+to show; its ``config`` and ``submit`` serve here too, and ``daemons`` stands for its
+``launcher`` and ``daemon``.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from pathlib import Path
 import pytest
 from admin import Admin, wait_for
 from control_plane import ControlPlane, environment_problem
+from k8s_support import IMAGE
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "deploy" / "k8s-test"))
 import k8s_binaries  # deploy/k8s-test/k8s_binaries.py: where the binaries are
 
-NS = "ml"  # deploy/'s namespace
+NS = "ml"  # deploy/'s namespace, and tests/k8s's config fixture's
 NODE = "rngd-node-1"
-IMAGE = "registry.example/rngdctl-trainer:2026.4.0"
 CARDS = 8
 OURS = "app.kubernetes.io%2Fmanaged-by%3Drngdctl"  # our Jobs' and pods' label, as a selector
 
@@ -83,24 +84,17 @@ def as_daemon(plane, daemon_kubeconfig, monkeypatch, admin):
     plane.check_alive()  # a component that died says so here, with its log, not as a timeout
     monkeypatch.setenv("KUBECONFIG", str(daemon_kubeconfig))
     yield daemon_kubeconfig
-    for kind in ("apis/batch/v1", "api/v1"):
-        plural = "jobs" if kind.startswith("apis") else "pods"
-        admin.request("DELETE", f"/{kind}/namespaces/{NS}/{plural}?labelSelector={OURS}"
-                                "&propagationPolicy=Background")
-    wait_for(lambda: not admin.items(f"/api/v1/namespaces/{NS}/pods?labelSelector={OURS}")
-             and not admin.items(f"/apis/batch/v1/namespaces/{NS}/jobs?labelSelector={OURS}"),
+    ours = [f"/apis/batch/v1/namespaces/{NS}/jobs?labelSelector={OURS}",
+            f"/api/v1/namespaces/{NS}/pods?labelSelector={OURS}"]
+    for collection in ours:
+        admin.request("DELETE", collection + "&propagationPolicy=Background")
+    wait_for(lambda: not any(admin.items(collection) for collection in ours),
              "cleanup of our Jobs and pods")
 
 
 @pytest.fixture
-def config():
-    from daemon.home import Config
-
-    config = Config()
-    config.k8s.namespace = NS
-    config.k8s.node = NODE
-    config.k8s.image = IMAGE
-    config.k8s.retries = 2
+def config(config):
+    """tests/k8s's, with the patience a real apiserver on 2 busy cores needs."""
     config.k8s.retry_backoff = 0.2
     config.k8s.request_timeout = 10.0
     return config
@@ -151,18 +145,6 @@ def daemons(home, store, config, tmp_path, idle_probe, as_daemon):
     yield made
     for daemon in list(made.running):
         made.stop(daemon)
-
-
-@pytest.fixture
-def submit(store):
-    """Queue a run: submit(cards=2, steps=5, ...) -> the run id."""
-    from daemon.run.spec import validate
-
-    def add(**options):
-        options = {"cards": 2, "resident": 2, "steps": 5, **options}
-        return store.add_run(validate(options), name=options.get("name"))
-
-    return add
 
 
 def tick_until(daemon, done, what: str, timeout: float = 60, every: float = 0.5):
