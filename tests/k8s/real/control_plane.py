@@ -30,6 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 STAGES = HERE / "kwok-stages.yaml"
 START_TIMEOUT_S = 120.0  # each component, on 2 busy cores
+PORT_TRIES = 3  # starts of a component whose port was taken before it could bind it
 STOP_TIMEOUT_S = 15.0
 OPENSSL_TIMEOUT_S = 30.0
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc"
@@ -158,9 +159,8 @@ class ControlPlane:
         self.pki = work / "pki"
         self.logs = work / "logs"
         self.pod_logs = work / "pod-logs"  # the trainer's output, served by kwok
-        self.etcd_port, self.peer_port = free_port(), free_port()
-        self.api_port, self.kubelet_port = free_port(), free_port()
-        self.server = f"https://127.0.0.1:{self.api_port}"
+        self.etcd_url = ""
+        self.server = ""  # https://127.0.0.1:<port>, once the apiserver listens
         self.admin_kubeconfig = work / "admin.kubeconfig"
         self.components: list[Component] = []
         self.timings: dict[str, float] = {}  # seconds each start step took, for the log
@@ -172,14 +172,14 @@ class ControlPlane:
             folder.mkdir(parents=True, exist_ok=True)
         with self.timed("certificates"):
             make_certificates(self.pki)
-        write_kubeconfig(self.admin_kubeconfig, self.server, self.pki / "ca.crt", {
-            "client-certificate": str(self.pki / "admin.crt"),
-            "client-key": str(self.pki / "admin.key")})
         try:
             with self.timed("etcd"):
                 self._start_etcd()
             with self.timed("kube-apiserver"):
                 self._start_apiserver()
+            write_kubeconfig(self.admin_kubeconfig, self.server, self.pki / "ca.crt", {
+                "client-certificate": str(self.pki / "admin.crt"),
+                "client-key": str(self.pki / "admin.key")})
             self._start(Component("kube-controller-manager", self._controller_manager(),
                                   self.logs))
             self._start(Component("kube-scheduler", [
@@ -191,7 +191,10 @@ class ControlPlane:
                              str(self.bin / "kwok-logs-crd.yaml"))
                 self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                              "crd/logs.kwok.x-k8s.io")
-            self._start(Component("kwok", self._kwok(), self.logs))
+            with self.timed("kwok"):
+                self._listening("kwok", self._kwok,
+                                lambda port: _http_ok(f"http://127.0.0.1:{port}/healthz"),
+                                "did not answer /healthz")
         except BaseException:
             self.stop()
             raise
@@ -210,26 +213,50 @@ class ControlPlane:
         self.components.append(component)
         return component
 
+    def _listening(self, name: str, argv, ready, what: str, ports: int = 1) -> list[int]:
+        """Start ``argv(*ports)`` on free ports and wait until ``ready(*ports)``: the ports
+        it was given. A port can be taken between our look and the component's bind (the
+        apiserver's own connections to etcd take ephemeral ports): then new ports, again."""
+        for attempt in range(1, PORT_TRIES + 1):
+            chosen = [free_port() for _ in range(ports)]
+            component = self._start(Component(name, argv(*chosen), self.logs))
+            try:
+                self._wait(component, lambda ports=chosen: ready(*ports), what)
+                return chosen
+            except ControlPlaneError:
+                if attempt == PORT_TRIES or "address already in use" not in component.tail(5):
+                    raise
+                component.stop()
+                self.components.remove(component)
+        raise AssertionError("unreachable")
+
     def _start_etcd(self) -> None:
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        client = f"http://127.0.0.1:{self.etcd_port}"
-        etcd = self._start(Component("etcd", [
-            str(self.bin / "etcd"), "--name=test", f"--data-dir={self.work / 'etcd'}",
-            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=test={peer}", "--unsafe-no-fsync", "--log-level=warn"],
-            self.logs))
-        self._wait(etcd, lambda: _http_ok(f"{client}/health"), "did not answer /health")
+        def argv(client_port: int, peer_port: int) -> list[str]:
+            client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+            return [str(self.bin / "etcd"), "--name=test", f"--data-dir={self.work / 'etcd'}",
+                    f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+                    f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+                    f"--initial-cluster=test={peer}", "--unsafe-no-fsync", "--log-level=warn"]
+        client_port, _ = self._listening(
+            "etcd", argv, lambda port, _: _http_ok(f"http://127.0.0.1:{port}/health"),
+            "did not answer /health", ports=2)
+        self.etcd_url = f"http://127.0.0.1:{client_port}"
 
     def _start_apiserver(self) -> None:
+        [port] = self._listening(
+            "kube-apiserver", self._apiserver,
+            lambda port: _http_ok(f"https://127.0.0.1:{port}/readyz", self._tls()),
+            "did not become ready (/readyz)")
+        self.server = f"https://127.0.0.1:{port}"
+
+    def _apiserver(self, port: int) -> list[str]:
         pki = self.pki
-        apiserver = self._start(Component("kube-apiserver", [
-            str(self.bin / "kube-apiserver"),
-            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+        return [
+            str(self.bin / "kube-apiserver"), f"--etcd-servers={self.etcd_url}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
             # No endpoints for the kubernetes Service: a loopback address may not be one.
             "--endpoint-reconciler-type=none",
-            f"--secure-port={self.api_port}", f"--cert-dir={self.work / 'apiserver-certs'}",
+            f"--secure-port={port}", f"--cert-dir={self.work / 'apiserver-certs'}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
@@ -241,16 +268,14 @@ class ControlPlane:
             # On top of the default chain (which has them too): said, so that a release
             # that drops one from the defaults does not quietly test less.
             ("--enable-admission-plugins=NodeRestriction,PodSecurity,LimitRanger,"
-            "ResourceQuota,ServiceAccount"),
+             "ResourceQuota,ServiceAccount"),
             "--allow-privileged=true",
             # Pod logs: the apiserver asks the node's kubelet, here kwok, at its InternalIP.
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-certificate-authority={pki / 'ca.crt'}",
             f"--kubelet-client-certificate={pki / 'admin.crt'}",
             f"--kubelet-client-key={pki / 'admin.key'}",
-            "--profiling=false"], self.logs))
-        self._wait(apiserver, lambda: _http_ok(f"{self.server}/readyz", self._tls()),
-                   "did not become ready (/readyz)")
+            "--profiling=false"]
 
     def _controller_manager(self) -> list[str]:
         return [str(self.bin / "kube-controller-manager"),
@@ -259,12 +284,13 @@ class ControlPlane:
                 f"--service-account-private-key-file={self.pki / 'sa.key'}",
                 f"--root-ca-file={self.pki / 'ca.crt'}"]
 
-    def _kwok(self) -> list[str]:
+    def _kwok(self, port: int) -> list[str]:
+        """kwok's kubelet endpoint (logs) is the nodes' InternalIP 127.0.0.1 and ``port``."""
         return [str(self.bin / "kwok"), f"--kubeconfig={self.admin_kubeconfig}",
                 f"--config={STAGES}", "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                "--node-ip=127.0.0.1", f"--node-port={self.kubelet_port}",
-                f"--server-address=127.0.0.1:{self.kubelet_port}",
+                "--node-ip=127.0.0.1", f"--node-port={port}",
+                f"--server-address=127.0.0.1:{port}",
                 f"--tls-cert-file={self.pki / 'kubelet.crt'}",
                 f"--tls-private-key-file={self.pki / 'kubelet.key'}", "--enable-crds=Logs"]
 
