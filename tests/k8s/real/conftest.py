@@ -43,7 +43,11 @@ def plane(tmp_path_factory):
     try:
         admin = Admin(plane)
         with plane.timed("the node Ready (kwok)"):
-            admin.add_node(NODE, cards=CARDS, images=[IMAGE])
+            try:
+                admin.add_node(NODE, cards=CARDS, images=[IMAGE])
+            except AssertionError:
+                plane.check_alive()  # a component that died says so, with its log
+                raise
         steps = ", ".join(f"{step} {s:.1f}" for step, s in plane.timings.items())
         print(f"\ncontrol plane up in {time.monotonic() - started:.1f} s ({steps}) at "
               f"{plane.server}", file=sys.stderr)
