@@ -20,6 +20,8 @@ LOGS = "/apis/kwok.x-k8s.io/v1alpha1/namespaces/{ns}/logs"
 
 
 class ApiError(RuntimeError):
+    """The API answered an error other than 404: its status and message."""
+
     def __init__(self, status: int, message: str):
         super().__init__(f"{status} {message}")
         self.status = status
@@ -100,20 +102,6 @@ class Admin:
                 "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
                 "metadata": {"name": pod, "namespace": namespace},
                 "spec": {"logs": [{"containers": [container], "logsFile": str(path)}]}})
-
-    def log_served(self, namespace: str, pod: str, container: str, text: str) -> None:
-        """Wait until the apiserver serves ``text`` in the pod's log (kwok saw the Logs)."""
-        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log?container={container}"
-
-        def served():
-            req = urllib.request.Request(self.server + path)
-            try:
-                with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S,
-                                            context=self.tls) as answer:
-                    return text in answer.read().decode(errors="replace")
-            except urllib.error.HTTPError:
-                return False
-        wait_for(served, f"{text!r} in the log of pod {namespace}/{pod}")
 
     def exit_pod(self, namespace: str, pod: str, code: int) -> None:
         """The container exits with ``code`` (kwok's pod-exit stage reads the annotation)."""
