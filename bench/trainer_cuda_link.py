@@ -47,7 +47,7 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from trainer import backends, data
-    from trainer.engine import LayerEngine
+    from trainer.engine.layer_engine import LayerEngine
 
     up_peak, down_peak = peak("up"), peak("down")
     config = LlamaConfig(vocab_size=512, hidden_size=2048, intermediate_size=7168,

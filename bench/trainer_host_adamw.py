@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from trainer import backends, optim
-from trainer.engine import LayerEngine
+from trainer import backends
+from trainer.engine import optim
+from trainer.engine.layer_engine import LayerEngine
 
 
 def main() -> int:

@@ -7,7 +7,7 @@ Model ``llama-3.1-8b-mini`` (Llama-3.1-8B's layer structure: 8 layers, hidden
 trainers on the same model and batches, stepped in turn in every round
 (alternating the order) so machine noise hits them alike:
 
-- ``plain``: the whole-model PyTorch loop (trainer.plain),
+- ``plain``: the whole-model PyTorch loop (trainer.engine.plain),
 - ``resident``: the engine, one cpu card, every layer resident,
 - ``offload``: the engine, one cpu card, no layer resident.
 
@@ -28,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from trainer import backends, data, models, optim
-from trainer.engine import LayerEngine
-from trainer.plain import PlainLoop
+from trainer import backends, data, models
+from trainer.engine import optim
+from trainer.engine.layer_engine import LayerEngine
+from trainer.engine.plain import PlainLoop
 from trainer.records import PHASES
 
 WARMUP = 2

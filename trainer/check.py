@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from trainer import backends, data, models
-from trainer.engine import LayerEngine
+from trainer.engine.layer_engine import LayerEngine
 from trainer.errors import BackendUnavailable, UsageError
 from trainer.records import EXIT_ERROR, EXIT_OK
 

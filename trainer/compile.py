@@ -18,7 +18,7 @@ import time
 import torch
 
 from trainer import backends, data, models
-from trainer.engine import LayerEngine
+from trainer.engine.layer_engine import LayerEngine
 from trainer.errors import UsageError
 from trainer.records import EXIT_OK, End, Event, RecordWriter
 

@@ -22,10 +22,10 @@ from trainer import checkpoint, ownership, records, weights
 from trainer.checkpoint import Checkpoint, CheckpointError, CheckpointWriteError
 from trainer.config import RESUME_KEYS
 from trainer.console import log
+from trainer.engine.timing import interleaved_order
 from trainer.errors import Preempted, TrainerError, UsageError
 from trainer.ownership import NotOurs, Owner
 from trainer.records import END_PHASES, MAIN, Event
-from trainer.timing import interleaved_order
 
 
 def fingerprint(cfg) -> dict:

@@ -47,6 +47,7 @@ from pathlib import Path
 from trainer import provenance
 from trainer.config import TrainConfig, default_baseline_steps
 from trainer.console import console, log
+from trainer.engine.timing import SETTLE_K, SETTLE_TOL, interleaved_order, settled_by_rule
 from trainer.errors import Cancelled, UsageError
 from trainer.records import (
     BASELINE,
@@ -58,7 +59,6 @@ from trainer.records import (
     Start,
     Step,
 )
-from trainer.timing import SETTLE_K, SETTLE_TOL, interleaved_order, settled_by_rule
 
 
 @dataclass
@@ -88,7 +88,7 @@ class Recipe:
         import torch
 
         from trainer import backends, data, models, tokenizer
-        from trainer.engine import Placement
+        from trainer.engine.layer_engine import Placement
 
         cfg = self.cfg
         # --out is this run's, or the run stops now, before the data is read or a step
@@ -164,7 +164,7 @@ class Recipe:
 
     def build_engine(self, resident: int):
         from trainer import models
-        from trainer.engine import LayerEngine
+        from trainer.engine.layer_engine import LayerEngine
 
         cfg = self.cfg
         model = models.build(self.spec, self.vocab, cfg.seed)
@@ -178,7 +178,7 @@ class Recipe:
         from the model's skeleton (no memory): what find_resume checks a checkpoint
         against before any engine is built."""
         from trainer import models
-        from trainer.engine import state_layout_of
+        from trainer.engine.layer_engine import state_layout_of
 
         if self._expected_layout is None:
             skeleton = models.skeleton(self.spec, self.vocab, self.cfg.lora)
@@ -369,7 +369,7 @@ class _StoppedInEval(Exception):
 
 
 def _schedule(cfg: TrainConfig, steps: int):
-    from trainer import optim
+    from trainer.engine import optim
 
     return optim.Schedule(cfg.lr, steps, cfg.warmup if cfg.warmup is not None
                           else optim.default_warmup(steps), cfg.schedule)
@@ -439,13 +439,13 @@ class _Pass:
             recipe.evaluate(self)  # the held-out loss before any update
 
     def calibrate(self, engine) -> dict:
-        """The optimizer's cost per layer (trainer/calibrate.py), for the step model.
+        """The optimizer's cost per layer (trainer/engine/calibrate.py), for the step model.
 
         An all-offload pass is what the step model fits on, and it never runs a
         resident layer or varies the offloaded ones: timed once here, before
         the first step, on scratch buffers the size of its first layer's groups.
         """
-        from trainer import calibrate
+        from trainer.engine import calibrate
 
         numels = [t.numel() for t in engine.slots[0].host_master.values()]
         t0 = time.perf_counter()

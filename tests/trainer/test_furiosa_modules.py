@@ -21,7 +21,7 @@ from tolerances import gamma, tiny_path
 from torch import nn
 
 from trainer import backends, data, furiosa_modules, models
-from trainer.engine import LayerEngine
+from trainer.engine.layer_engine import LayerEngine
 
 SEQ, VOCAB = 32, 128
 

@@ -290,7 +290,7 @@ def test_a_file_swapped_after_it_was_verified_is_never_opened(tmp_path):
 ])
 def test_the_skeletons_layout_is_the_engines(name, lora, backends, resident):
     from trainer import backends as backend_specs
-    from trainer.engine import LayerEngine, state_layout_of
+    from trainer.engine.layer_engine import LayerEngine, state_layout_of
 
     spec = models.resolve(name)
     model = models.build(spec, 128, seed=0)

@@ -20,7 +20,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainer import backends, models
-from trainer.engine import LayerEngine
+from trainer.engine.layer_engine import LayerEngine
 
 LR, WD, CLIP = 1e-3, 0.01, 1.0
 

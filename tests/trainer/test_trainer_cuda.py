@@ -6,9 +6,10 @@ import pytest
 import torch
 from test_trainer_numerics import CLIP, LR, PATH, WD, assert_same, plain_losses
 
-from trainer import backends, models, optim
+from trainer import backends, models
 from trainer.check import check
-from trainer.engine import LayerEngine
+from trainer.engine import optim
+from trainer.engine.layer_engine import LayerEngine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 

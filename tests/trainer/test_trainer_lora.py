@@ -24,7 +24,7 @@ def test_lora_trains_only_the_adapters(synthetic_steps):
 
 def test_lora_adapters_alone_fit_a_batch(synthetic_steps):
     from trainer import backends
-    from trainer.engine import LayerEngine
+    from trainer.engine.layer_engine import LayerEngine
 
     model = models.build(models.resolve("tiny-llama"), 128, seed=0)
     models.add_lora(model, 8)

@@ -95,7 +95,7 @@ def test_records_and_the_package_import_no_torch():
 def test_a_real_host_allocation_failure_becomes_out_of_memory_with_its_place():
     import torch
 
-    from trainer.engine import LayerEngine
+    from trainer.engine.layer_engine import LayerEngine
     from trainer.errors import DeviceOutOfMemory
 
     model = models.build(models.resolve("tiny-llama"), 128, seed=0)

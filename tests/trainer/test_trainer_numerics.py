@@ -13,9 +13,10 @@ import pytest
 import torch
 from tolerances import loss_tolerances, tiny_path, weight_tolerance
 
-from trainer import backends, models, optim
-from trainer.engine import LayerEngine, Placement
-from trainer.plain import PlainLoop
+from trainer import backends, models
+from trainer.engine import optim
+from trainer.engine.layer_engine import LayerEngine, Placement
+from trainer.engine.plain import PlainLoop
 
 LR, WD, CLIP = 3e-3, 0.01, 1.0
 TOKENS, SEQ = 2 * 32, 32  # synthetic_steps: two micro-batches of 32 tokens a step
