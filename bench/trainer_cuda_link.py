@@ -46,7 +46,8 @@ def main() -> int:
         return 0
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from trainer import backends, data
+    from trainer import data
+    from trainer.backends import kinds
     from trainer.engine.layer_engine import LayerEngine
 
     up_peak, down_peak = peak("up"), peak("down")
@@ -54,7 +55,7 @@ def main() -> int:
                          num_hidden_layers=args.layers, num_attention_heads=16,
                          num_key_value_heads=4, attn_implementation="eager")
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    engine = LayerEngine(model, backends.parse("cuda"), 0, 1e-4, 0.01, 1.0)
+    engine = LayerEngine(model, kinds.parse("cuda"), 0, 1e-4, 0.01, 1.0)
     nbytes = sum(m.numel() * 4 for s in engine.slots for m in s.host_master.values())
     stream = iter(data.make_batches(data.open_source("synthetic"), None, 512, 1, 0, 512))
     ups, downs = [], []

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from trainer import backends, data, models
+from trainer import data, models
+from trainer.backends import kinds
 from trainer.engine import optim
 from trainer.engine.layer_engine import LayerEngine
 from trainer.engine.plain import PlainLoop
@@ -54,9 +55,9 @@ def main() -> int:
 
     plain = PlainLoop(models.build(spec, vocab, 0), torch.device("cpu"), 1e-3, 0.01, 1.0)
     layers = models.num_layers(plain.model)
-    resident = LayerEngine(models.build(spec, vocab, 0), backends.parse("cpu"), layers,
+    resident = LayerEngine(models.build(spec, vocab, 0), kinds.parse("cpu"), layers,
                            1e-3, 0.01, 1.0)
-    offload = LayerEngine(models.build(spec, vocab, 0), backends.parse("cpu"), 0,
+    offload = LayerEngine(models.build(spec, vocab, 0), kinds.parse("cpu"), 0,
                           1e-3, 0.01, 1.0)
 
     times = {"plain": [], "resident": [], "offload": []}

@@ -87,7 +87,8 @@ class Recipe:
     def setup(self) -> None:
         import torch
 
-        from trainer import backends, data, models, tokenizer
+        from trainer import data, models, tokenizer
+        from trainer.backends import kinds
         from trainer.engine.layer_engine import Placement
 
         cfg = self.cfg
@@ -97,7 +98,7 @@ class Recipe:
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         self.spec = models.resolve(cfg.model)
-        self.backends = backends.parse(cfg.backend)
+        self.backends = kinds.parse(cfg.backend)
         # Refuse a placement that cannot be made before any record is written.
         Placement.plan(self.spec.layers, len(self.backends), cfg.resident_layers, tied=False)
         self.check_memory()

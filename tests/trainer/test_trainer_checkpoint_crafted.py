@@ -289,7 +289,7 @@ def test_a_file_swapped_after_it_was_verified_is_never_opened(tmp_path):
     ("tiny-llama", 4, "cpu,cpu", 1), ("tiny-qwen2", 4, "cpu", 0),
 ])
 def test_the_skeletons_layout_is_the_engines(name, lora, backends, resident):
-    from trainer import backends as backend_specs
+    from trainer.backends import kinds as backend_specs
     from trainer.engine.layer_engine import LayerEngine, state_layout_of
 
     spec = models.resolve(name)

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from trainer import models
-from trainer.backends import Backend
+from trainer.backends.kinds import Backend
 from trainer.data import MicroBatch
 from trainer.engine import optim
 from trainer.errors import DeviceOutOfMemory, UsageError

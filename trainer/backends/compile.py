@@ -17,7 +17,8 @@ import time
 
 import torch
 
-from trainer import backends, data, models
+from trainer import data, models
+from trainer.backends import kinds
 from trainer.engine.layer_engine import LayerEngine
 from trainer.errors import UsageError
 from trainer.records import EXIT_OK, End, Event, RecordWriter
@@ -25,7 +26,7 @@ from trainer.records import EXIT_OK, End, Event, RecordWriter
 
 def run_compile(backend_spec: str, model_name: str, seq_len: int, micro_batch: int,
                 writer: RecordWriter) -> int:
-    cards = backends.parse(backend_spec)
+    cards = kinds.parse(backend_spec)
     todo = [b for b in cards if b.needs_compile]
     if not todo:
         writer.write(Event("compile", f"nothing to compile on {backend_spec}: "

@@ -2,10 +2,10 @@
 
 One decoder layer stands for every layer (each runs the same graph); the rotary table, the
 embedding, the norm + head + loss and one AdamW step over a flat buffer are the others. The
-model is built with the furiosa backend's modules and loss (trainer/furiosa_modules.py), and
-each graph lists the trainer's own written-out backwards it runs (``MmLinear``'s, the LoRA
-products', the loss's), which autograd never records: trainer/ops.py traces and compiles
-them as the graph's backward rows.
+model is built with the furiosa backend's modules and loss
+(trainer/backends/furiosa_modules.py), and each graph lists the trainer's own written-out
+backwards it runs (``MmLinear``'s, the LoRA products', the loss's), which autograd never
+records: trainer/backends/op_report.py traces and compiles them as the graph's backward rows.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer import data, furiosa_modules, models
+from trainer import data, models
+from trainer.backends import furiosa_modules
 
 
 def explicit_backwards(module: torch.nn.Module, rows: int) -> tuple:
@@ -72,7 +73,7 @@ class StepPiece:
 def step_pieces(model_name: str, seq_len: int = 32, lora: int = 0) -> list[StepPiece]:
     """The distinct graphs of one training step of ``model_name`` (with LoRA adapters of rank
     ``lora``, if not 0), with the modules and the loss the furiosa backend runs
-    (trainer/furiosa_modules.py)."""
+    (trainer/backends/furiosa_modules.py)."""
     from transformers.masking_utils import create_causal_mask
 
     spec = models.resolve(model_name)
