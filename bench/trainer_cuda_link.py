@@ -46,8 +46,8 @@ def main() -> int:
         return 0
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from trainer import data
     from trainer.backends import kinds
+    from trainer.data import batches
     from trainer.engine.layer_engine import LayerEngine
 
     up_peak, down_peak = peak("up"), peak("down")
@@ -57,7 +57,7 @@ def main() -> int:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     engine = LayerEngine(model, kinds.parse("cuda"), 0, 1e-4, 0.01, 1.0)
     nbytes = sum(m.numel() * 4 for s in engine.slots for m in s.host_master.values())
-    stream = iter(data.make_batches(data.open_source("synthetic"), None, 512, 1, 0, 512))
+    stream = iter(batches.make_batches(batches.open_source("synthetic"), None, 512, 1, 0, 512))
     ups, downs = [], []
     for i in range(args.steps):
         res = engine.step([next(stream), next(stream)], 1e-4)

@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from trainer import data, models
+from trainer import models
 from trainer.backends import kinds
+from trainer.data import batches
 from trainer.engine import optim
 from trainer.engine.layer_engine import LayerEngine
 from trainer.engine.plain import PlainLoop
@@ -48,8 +49,8 @@ def main() -> int:
 
     spec = models.resolve(args.model)
     vocab = 2048
-    stream = iter(data.make_batches(data.open_source("synthetic"), None, args.seq_len, 1, 0,
-                                    data.SYNTHETIC_VOCAB))
+    stream = iter(batches.make_batches(batches.open_source("synthetic"), None, args.seq_len, 1, 0,
+                                       batches.SYNTHETIC_VOCAB))
     steps = [[next(stream) for _ in range(args.accum)] for _ in range(args.steps)]
     sched = optim.Schedule(1e-3, args.steps, 2)
 

@@ -13,7 +13,7 @@ from trainer.errors import UsageError
 from trainer.ownership import parse_mode, unusable_output
 
 #: Held-out examples evaluated at most (``--eval-max-examples``); past it, a seeded draw of
-#: this many (trainer/data.py ``eval_rows``). The mean's standard error is then about a
+#: this many (trainer/data/batches.py ``eval_rows``). The mean's standard error is then about a
 #: thirtieth of one example's spread, and an evaluation costs at most this many rows of
 #: forward: a 17 MB held-out file (175,000 examples), evaluated whole, once took 76 s
 #: before the first step.

@@ -87,8 +87,9 @@ class Recipe:
     def setup(self) -> None:
         import torch
 
-        from trainer import data, models, tokenizer
+        from trainer import models
         from trainer.backends import kinds
+        from trainer.data import batches, tokenizer
         from trainer.engine.layer_engine import Placement
 
         cfg = self.cfg
@@ -102,8 +103,8 @@ class Recipe:
         # Refuse a placement that cannot be made before any record is written.
         Placement.plan(self.spec.layers, len(self.backends), cfg.resident_layers, tied=False)
         self.check_memory()
-        self.source = data.open_source(cfg.data, cfg.max_data_bytes)
-        eval_source = data.open_eval_source(cfg.eval_data, cfg.max_data_bytes, self.source)
+        self.source = batches.open_source(cfg.data, cfg.max_data_bytes)
+        eval_source = batches.open_eval_source(cfg.eval_data, cfg.max_data_bytes, self.source)
         self.tokenizer = None
         if self.source.kind != "synthetic":
             if self.spec.folder is not None:
@@ -114,38 +115,38 @@ class Recipe:
                 texts = self.source.texts()
                 cache = Path(cfg.cache_dir) if cfg.cache_dir else tokenizer.default_cache_dir()
                 t0 = time.perf_counter()
-                self.tokenizer = tokenizer.trained(texts, data.tokenizer_vocab(texts), cache)
+                self.tokenizer = tokenizer.trained(texts, batches.tokenizer_vocab(texts), cache)
                 del texts
                 log(f"tokenizer: {len(self.tokenizer)} tokens ({time.perf_counter() - t0:.2f} s)")
         if self.spec.folder is not None:
             self.vocab = self.spec.architecture.vocab
         else:
-            self.vocab = len(self.tokenizer) if self.tokenizer else data.SYNTHETIC_VOCAB
-        vocab = min(self.vocab, data.SYNTHETIC_VOCAB)
-        rows = data.encoded(self.source, self.tokenizer, cfg.seq_len, cfg.seed, vocab)
+            self.vocab = len(self.tokenizer) if self.tokenizer else batches.SYNTHETIC_VOCAB
+        vocab = min(self.vocab, batches.SYNTHETIC_VOCAB)
+        rows = batches.encoded(self.source, self.tokenizer, cfg.seq_len, cfg.seed, vocab)
         held = None
         if cfg.eval_split is not None:
-            rows, held = data.hold_out(rows, cfg.eval_split, cfg.seed, cfg.micro_batch)
+            rows, held = batches.hold_out(rows, cfg.eval_split, cfg.seed, cfg.micro_batch)
             held = held[self.evaluated(len(held))]
         elif eval_source is not None:
             if eval_source.kind != "synthetic":  # drawn before they are tokenized
                 eval_source = eval_source.sample(self.evaluated(len(eval_source.examples)))
-            held = data.encoded(eval_source, self.tokenizer, cfg.seq_len, cfg.seed, vocab,
-                                draw=cfg.seed)
+            held = batches.encoded(eval_source, self.tokenizer, cfg.seq_len, cfg.seed, vocab,
+                                   draw=cfg.seed)
         if held is not None:
             self.eval_examples = len(held)
-            self.eval_set = data.EvalSet(held, cfg.micro_batch)
-        self.batches = data.Batches(rows, cfg.micro_batch, cfg.seed)
+            self.eval_set = batches.EvalSet(held, cfg.micro_batch)
+        self.batches = batches.Batches(rows, cfg.micro_batch, cfg.seed)
 
     def evaluated(self, examples: int):
         """Which held-out examples are evaluated: all, or a seeded draw (said in a line)."""
-        from trainer import data
+        from trainer.data import batches
 
         most = self.cfg.eval_max_examples
         if examples > most:
             log(f"held-out loss over {most:,} of {examples:,} held-out examples (a seeded "
                 f"draw; --eval-max-examples)")
-        return data.eval_rows(examples, most, self.cfg.seed)
+        return batches.eval_rows(examples, most, self.cfg.seed)
 
     def check_memory(self) -> None:
         """Refuse, before anything is allocated, a model the host cannot hold, by the step

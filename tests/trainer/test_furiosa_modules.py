@@ -21,15 +21,16 @@ import torch
 from tolerances import gamma, tiny_path
 from torch import nn
 
-from trainer import data, models
+from trainer import models
 from trainer.backends import furiosa_modules, kinds
+from trainer.data import batches
 from trainer.engine.layer_engine import LayerEngine
 
 SEQ, VOCAB = 32, 128
 
 
 def batch(seed: int = 0):
-    ids, labels = data.synthetic(SEQ, VOCAB, seed, count=2)
+    ids, labels = batches.synthetic(SEQ, VOCAB, seed, count=2)
     labels = labels.clone()
     labels[0, :5] = -100  # unlabelled tokens (a prompt): ignored by both losses
     return ids, labels
@@ -213,7 +214,7 @@ class FuriosaModulesOnCpu(kinds.FuriosaBackend):
 
 def test_only_the_furiosa_backend_swaps_and_its_step_matches_the_cpu_step():
     ids, labels = batch(2)
-    mb = data.MicroBatch(ids, torch.ones_like(ids), labels)
+    mb = batches.MicroBatch(ids, torch.ones_like(ids), labels)
     results = {}
     for name, backend in (("cpu", kinds.parse("cpu")[0]),
                           ("card", FuriosaModulesOnCpu("furiosa:0", torch.device("cpu"),

@@ -29,8 +29,8 @@ def test_unknown_model_is_bad_input():
 
 
 def test_a_model_folder_trains_with_its_own_tokenizer(tmp_path, restore_signals):
-    from trainer import tokenizer
     from trainer.config import TrainConfig
+    from trainer.data import tokenizer
     from trainer.records import RecordWriter, Start, Step, parse_line
     from trainer.train import Recipe
 

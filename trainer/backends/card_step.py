@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer import data, models
+from trainer import models
 from trainer.backends import furiosa_modules
+from trainer.data import batches
 
 
 def explicit_backwards(module: torch.nn.Module, rows: int) -> tuple:
@@ -77,13 +78,13 @@ def step_pieces(model_name: str, seq_len: int = 32, lora: int = 0) -> list[StepP
     from transformers.masking_utils import create_causal_mask
 
     spec = models.resolve(model_name)
-    model = models.build(spec, None if spec.folder else data.SYNTHETIC_VOCAB, seed=0)
+    model = models.build(spec, None if spec.folder else batches.SYNTHETIC_VOCAB, seed=0)
     if lora:
         models.add_lora(model, lora)
     model = furiosa_modules.for_card(model)
     cfg, inner = model.config, model.model
-    vocab = min(cfg.vocab_size, data.SYNTHETIC_VOCAB)
-    ids, labels = data.synthetic(seq_len, vocab, 0, count=1)
+    vocab = min(cfg.vocab_size, batches.SYNTHETIC_VOCAB)
+    ids, labels = batches.synthetic(seq_len, vocab, 0, count=1)
     pos = torch.arange(seq_len)[None, :]
     h = torch.randn(1, seq_len, cfg.hidden_size)
     rope = inner.rotary_emb(h, position_ids=pos)

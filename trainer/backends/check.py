@@ -18,8 +18,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from trainer import data, models
+from trainer import models
 from trainer.backends import kinds
+from trainer.data import batches
 from trainer.engine.layer_engine import LayerEngine
 from trainer.errors import BackendUnavailable, UsageError
 from trainer.records import EXIT_ERROR, EXIT_OK
@@ -52,12 +53,12 @@ def check(backend_spec: str, model_name: str, seq_len: int, resident: int, seed:
     if rtol is None:
         rtol = DEFAULT_RTOL.get(backend.kind, 5e-2)
     spec = models.resolve(model_name)
-    vocab = None if spec.folder else data.SYNTHETIC_VOCAB
+    vocab = None if spec.folder else batches.SYNTHETIC_VOCAB
     host = models.build(spec, vocab, seed)
     ref_model = copy.deepcopy(host)
-    ids, labels = data.synthetic(seq_len, min(host.config.vocab_size, data.SYNTHETIC_VOCAB),
-                                 seed, count=1)
-    mb = data.MicroBatch(ids, torch.ones_like(ids), labels)
+    ids, labels = batches.synthetic(seq_len, min(host.config.vocab_size, batches.SYNTHETIC_VOCAB),
+                                    seed, count=1)
+    mb = batches.MicroBatch(ids, torch.ones_like(ids), labels)
 
     # Reference: the whole model at once on the host, fp32.
     out = ref_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, labels=mb.labels,

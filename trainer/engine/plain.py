@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from trainer import models
-from trainer.data import MicroBatch
+from trainer.data.batches import MicroBatch
 from trainer.engine import optim
 
 
