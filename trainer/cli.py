@@ -1,6 +1,6 @@
 """``python -m trainer``: train, check, compile.
 
-Records go to stdout, or with ``--log FILE`` to that file only (trainer/steplog.py:
+Records go to stdout, or with ``--log FILE`` to that file only (trainer/output/steplog.py:
 each step once, also after a resume); human lines go to stderr, with ``--log`` a
 progress line too. Exit codes
 (trainer.records): 0 ok, 1 error, 2 bad input, 3 out of memory; 143 after
@@ -205,7 +205,7 @@ def _record_writer(path: str | None):
     """Where the records go: stdout without ``--log``, else the log file alone."""
     if path is None:
         return RecordWriter(sys.stdout)
-    from trainer.steplog import open_log
+    from trainer.output.steplog import open_log
 
     return open_log(path)
 
@@ -217,7 +217,7 @@ def _close(writer) -> None:
 
 def cmd_train(args) -> int:
     from trainer.config import TrainConfig
-    from trainer.console import console, log
+    from trainer.output.console import console, log
     from trainer.train import Recipe
 
     stop = _Stop()

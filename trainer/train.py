@@ -26,9 +26,9 @@ With ``--baseline`` two things keep the step-time model's comparison honest
   so slow drift of the host hits both alike. Each pass's losses are those of
   the pass run alone (tested).
 
-With ``--out DIR`` the run delivers its result (trainer/outdir.py): the model
-at the end (trainer/save.py), checkpoints every ``--checkpoint-every`` main
-steps and when SIGTERM stops it after a whole step (trainer/checkpoint.py),
+With ``--out DIR`` the run delivers its result (trainer/output/folder.py): the model
+at the end (trainer/output/save.py), checkpoints every ``--checkpoint-every`` main
+steps and when SIGTERM stops it after a whole step (trainer/output/checkpoint.py),
 and ``--resume`` (default ``auto``) goes on from the newest one exactly as if
 it had never stopped. ``--eval-data``/``--eval-split`` add the main pass's
 held-out loss before its first step, every ``--eval-every`` steps and after
@@ -44,11 +44,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from trainer import provenance
 from trainer.config import TrainConfig, default_baseline_steps
-from trainer.console import console, log
 from trainer.engine.timing import SETTLE_K, SETTLE_TOL, interleaved_order, settled_by_rule
 from trainer.errors import Cancelled, UsageError
+from trainer.output import provenance
+from trainer.output.console import console, log
 from trainer.records import (
     BASELINE,
     MAIN,
@@ -71,7 +71,7 @@ class PassSummary:
 class Recipe:
     def __init__(self, cfg: TrainConfig, writer: RecordWriter,
                  should_stop: Callable[[], bool] = lambda: False):
-        from trainer.outdir import OutputFolder
+        from trainer.output.folder import OutputFolder
 
         cfg.validate()
         self.cfg = cfg

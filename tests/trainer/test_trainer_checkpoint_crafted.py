@@ -21,8 +21,9 @@ import pytest
 import xxhash
 from test_trainer_checkpoints import events, steps, train
 
-from trainer import checkpoint, models, records, weights
-from trainer.checkpoint import MANIFEST, CheckpointError
+from trainer import models, records
+from trainer.output import checkpoint, weights
+from trainer.output.checkpoint import MANIFEST, CheckpointError
 from trainer.ownership import NotOurs
 
 REPO = Path(__file__).resolve().parents[2]
