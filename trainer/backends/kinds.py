@@ -6,7 +6,7 @@
   copies between the host's master buffers and the card's compute buffers.
 - ``cuda`` or ``cuda:N``: an NVIDIA GPU.
 - ``furiosa:N`` or ``furiosa:auto``: Furiosa RNGD card N (``/dev/rngd/npuN``) through
-  furiosa-torch (trainer/furiosa.py): its 8 PEs fused into one device, the device type the
+  furiosa-torch (furiosa_torch.py): its 8 PEs fused into one device, the device type the
   package registers (``furiosa`` or ``rngd``). ``auto`` picks a card no other process holds
   open. The step runs eagerly, op by op (the package's compiled graphs have no autograd),
   from the ops 2026.4 compiles and differentiates (``Backend.card_module`` and
