@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-furiosa furiosa-env lint clean
+.PHONY: demo test test-furiosa furiosa-env test-k8s k8s-binaries lint clean
 
 # Each step said as it is done, with pip's own progress: the first run downloads torch and
 # the rest, which takes minutes.
@@ -28,10 +28,11 @@ demo: $(STAMP)
 		exit $$status
 
 # The main suite, then the tests that need the real furiosa-torch (torch 2.10.0) in its own
-# environment (see furiosa-env).
+# environment (see furiosa-env), then the launcher against a real control plane (test-k8s).
 test: $(STAMP)
-	$(PY) -m pytest -q --ignore=tests/furiosa $(TEST_ARGS)
+	$(PY) -m pytest -q --ignore=tests/furiosa --ignore=tests/k8s/real $(TEST_ARGS)
 	$(MAKE) --no-print-directory test-furiosa
+	$(MAKE) --no-print-directory test-k8s
 
 # furiosa-torch pins torch 2.10.0, a CUDA build of about 7 GB: a second environment, built
 # once outside the clone (~/.cache/rngdctl/furiosa-env-<hash of its pins>) and reused.
@@ -43,6 +44,18 @@ FURIOSA_TESTS := tests/furiosa tests/trainer/test_trainer_numerics.py tests/trai
 test-furiosa: $(STAMP)
 	$(PY) deploy/furiosa/env.py pytest -q -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
 		$(FURIOSA_TESTS)
+
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok at the
+# release deploy/k8s-test/go.mod pins, built from the Go module registry once, outside the
+# clone (~/.cache/rngdctl/k8s-<hash of the pins>), and reused.
+k8s-binaries:
+	python3 deploy/k8s-test/k8s_binaries.py build
+
+# The k8s launcher against that control plane. Where the binaries cannot be built, the
+# build says why in <cache>.failed and the tests skip naming it.
+test-k8s: $(STAMP)
+	-python3 deploy/k8s-test/k8s_binaries.py build
+	$(PY) -m pytest -q -p no:cacheprovider tests/k8s/real
 
 # ruff, then the commit subjects (at most 72 characters; .ci/commit_subjects.py says which).
 lint: $(STAMP)

@@ -1,12 +1,12 @@
 """How long furiosa-torch takes to compile one plain ``mm`` for a card, per shape and compiler
 setting: what the op report's ``mm`` compiles cost, and whether a public knob shortens them.
 
-Each compile runs in a forked child (``trainer/limits.py``) given ``--limit`` seconds, with a
-fresh, empty compile cache of its own (so nothing is served from an earlier compile), for a
-whole card (8 PEs fused), as the op report compiles: ``mm(x, w.t())``, the weight a
-transposed view, as ``MmLinear`` runs it. One line per compile: shape, setting, verdict, wall
-seconds, and the setting as the compiler recorded it (its ``compile_params.yaml``). Run it
-with the furiosa environment's python:
+Each compile runs in a forked child (``trainer/backends/limits.py``) given ``--limit`` seconds, with
+a fresh, empty compile cache of its own (so nothing is served from an earlier compile), for a whole
+card (8 PEs fused), as the op report compiles: ``mm(x, w.t())``, the weight a transposed view, as
+``MmLinear`` runs it. One line per compile: shape, setting, verdict, wall seconds, and the setting
+as the compiler recorded it (its ``compile_params.yaml``). Run it with the furiosa environment's
+python:
 
     PYTHONPATH=. nice -n 15 $(python3 deploy/furiosa/env.py path)/bin/python \\
         bench/furiosa_compile_knobs.py --shapes 32x64x64,32x256x256 --settings default,estimation
@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from trainer import furiosa_torch
-from trainer.limits import in_child
+from trainer.backends import furiosa_torch
+from trainer.backends.limits import in_child
 
 #: The settings tried, as CompilerConfig keyword arguments (furiosa.torch.config). "default"
 #: is what the package compiles an eager op with; "estimation" sorts the candidate tactics by

@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-from trainer import card_step, furiosa_modules, furiosa_torch, ops
+from trainer.backends import card_step, furiosa_modules, furiosa_torch, op_report
 
 
 def main(argv: list[str]) -> int:
@@ -41,9 +41,10 @@ def main(argv: list[str]) -> int:
             return furiosa_modules.loss_from_targets(x.requires_grad_(True), target,
                                                      args.vocab, args.tokens)
 
-    graph = ops.trace_graph("loss", loss, (logits,), True, ops.differentiated_by_package(),
-                            ops.new_caches(), limit_s=args.limit,
-                            explicit=(card_step.loss_backward(logits, target),))
+    graph = op_report.trace_graph("loss", loss, (logits,), True,
+                                  op_report.differentiated_by_package(),
+                                  op_report.new_caches(), limit_s=args.limit,
+                                  explicit=(card_step.loss_backward(logits, target),))
     for r in graph.rows:
         print(f"{r.op} {r.part} {r.count} {r.status}{': ' + r.why if r.why else ''} "
               f"{r.grad or r.of}", flush=True)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 from torch.profiler._memory_profiler import MemoryProfileTimeline
 
-from trainer import furiosa_modules
+from trainer.backends import furiosa_modules
 
 
 def one_hot_loss(logits, target, vocab, denominator):

@@ -1,13 +1,21 @@
-"""API calls per daemon tick with the k8s launcher, idle and during a run, against kmock.
+"""API calls per daemon tick with the k8s launcher, idle and during a run.
 
-Drives the real scheduler (``Daemon.tick``) and the real client over HTTP to
-kmock's emulator, and counts the HTTP requests the emulator received per tick
-(and the client's own per-operation counter, which must agree).
+Drives the real scheduler (``Daemon.tick``) and the real client over HTTP, against kmock's
+emulator (the default) or, with ``--real``, against a real control plane
+(tests/k8s/real/control_plane.py: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok at the release deploy/k8s-test pins; `make k8s-binaries` builds
+them), where the daemon acts as the ``rngdctl`` ServiceAccount of deploy/rbac.yaml.
 
     .venv/bin/python bench/k8s_calls_per_tick.py
+    .venv/bin/python bench/k8s_calls_per_tick.py --real
 
-Phases: a queued run waiting on cards, an empty queue, a queued run waiting
-on a card-less pre-pull pod, and a run whose pod logs one step a tick.
+Calls are counted where the requests arrive with kmock (its request log; the client's own
+per-operation counter must agree), and by the client's counter against the real apiserver
+(every HTTP request it sends, retries included). Ticks there run on the real clock, so a
+tick's milliseconds include the apiserver's answers.
+
+Phases: a queued run waiting on cards, an empty queue, a queued run waiting on a card-less
+pre-pull pod (kmock only: kwok pulls no image), and a run whose pod logs one step a tick.
 
 Target: an idle tick makes at most 3 calls.
 """
@@ -22,9 +30,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests" / "k8s")]
-
-from k8s_emulator import NODE, NS, Cluster
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "k8s"), str(REPO / "tests" / "k8s" / "real"),
+                str(REPO / "deploy" / "k8s-test")]
 
 from daemon.home import Home
 from daemon.launchers.k8s.launcher import K8sLauncher
@@ -35,43 +42,188 @@ from daemon.scheduling.loop import Daemon
 from trainer import records
 
 IMAGE = "registry.example/furiosa-llm:2026.1"
+NODE, NS = "rngd-node-1", "ml"
 TICKS = 20
 IDLE_TARGET = 3
+OTHER_PODS = 30  # a busy node: other people's pods in other namespaces
 
 
-def main() -> int:
+class Emulated:
+    """kmock's emulator: the test plays the Job controller and the kubelet."""
+
+    name = "kmock's emulator"
+
+    def __init__(self, tmp: Path):
+        from k8s_emulator import Cluster
+
+        self.cluster = Cluster(tmp)
+        self.cluster.add_node(NODE, cards=8, images=[IMAGE])
+        for i in range(OTHER_PODS):
+            self.cluster.add_pod(f"other-{i}", cards=0, namespace=f"team-{i % 5}")
+        os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig)
+
+    def requests(self, launcher) -> int:
+        return len(self.cluster.requests)
+
+    def hold_cards(self, cards: int) -> None:
+        self.cluster.add_pod("holder", cards=cards, namespace="inference")
+
+    def free_cards(self) -> None:
+        self.cluster.kmock.objects["v1/pods", "inference", "holder"].delete()
+
+    def start_pod(self, job: str) -> str:
+        return self.cluster.start_pod(job)
+
+    def log(self, pod: str, i: int, line: str) -> None:
+        self.cluster.log(pod, [(f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}.5Z", line)])
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+class Real:
+    """A real control plane; kwok runs the pods the scheduler binds, the bench writes logs."""
+
+    name = "a real kube-apiserver"
+
+    def __init__(self, tmp: Path):
+        import k8s_binaries
+        from admin import Admin
+        from control_plane import ControlPlane
+
+        why = k8s_binaries.why_not_built()
+        if why:
+            raise SystemExit(f"--real: {why}")
+        self.plane = ControlPlane(k8s_binaries.bin_dir(), tmp / "k8s")
+        self.plane.start()
+        self.admin = Admin(self.plane)
+        self.admin.add_node(NODE, cards=8, images=[IMAGE])
+        self.plane.kubectl("create", "namespace", NS)
+        self.plane.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "rbac.yaml"))
+        for team in {f"team-{i % 5}" for i in range(OTHER_PODS)} | {"inference"}:
+            self.plane.kubectl("create", "namespace", team)
+        for i in range(OTHER_PODS):
+            self._pod(f"team-{i % 5}", f"other-{i}", cards=0)
+        os.environ["KUBECONFIG"] = str(self.plane.service_account_kubeconfig(
+            NS, "rngdctl", tmp / "rngdctl.kubeconfig"))
+
+    def _pod(self, namespace: str, name: str, cards: int) -> None:
+        resources = {"limits": {"furiosa.ai/rngd": str(cards)}} if cards else {}
+        self.admin.request("POST", f"/api/v1/namespaces/{namespace}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": NODE, "containers": [
+                {"name": "c", "image": "registry.example/other:1", "resources": resources}]}})
+
+    def requests(self, launcher) -> int:
+        return sum(launcher.client.calls.values())
+
+    def hold_cards(self, cards: int) -> None:
+        self._pod("inference", "holder", cards)
+
+    def free_cards(self) -> None:
+        from admin import wait_for
+
+        self.admin.request("DELETE", "/api/v1/namespaces/inference/pods/holder")
+        wait_for(lambda: self.admin.get("/api/v1/namespaces/inference/pods/holder") is None,
+                 "the holder pod gone")
+
+    def start_pod(self, job: str) -> str:
+        return self.admin.running_pod(NS, job)["metadata"]["name"]
+
+    def log(self, pod: str, i: int, line: str) -> None:
+        self.admin.write_log(NS, pod, "trainer", [line])
+
+    def close(self) -> None:
+        self.plane.stop()
+
+
+def main(argv: list[str]) -> int:
+    real = argv[1:] == ["--real"]
+    if argv[1:] not in ([], ["--real"]):
+        print("usage: k8s_calls_per_tick.py [--real]", file=sys.stderr)
+        return 2
     tmp = Path(tempfile.mkdtemp(prefix="rngd-bench-"))
-    cluster = Cluster(tmp)
-    cluster.add_node(NODE, cards=8, images=[IMAGE])
-    for i in range(30):  # a busy node: other people's pods in other namespaces
-        cluster.add_pod(f"other-{i}", cards=0, namespace=f"team-{i % 5}")
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    backend = Real(tmp) if real else Emulated(tmp)
+    try:
+        return measure(backend, tmp, real=real)
+    finally:
+        backend.close()
+
+
+def measure(backend, tmp: Path, *, real: bool) -> int:
     home = Home(tmp / "home").ensure()
     store = home.store()
     config = home.config()
     config.k8s.namespace, config.k8s.node, config.k8s.image = NS, NODE, IMAGE
+    (tmp / "proc").mkdir()
     launcher = K8sLauncher(home=home, store=store, config=config, ingest=Ingest(store),
                            proc=str(tmp / "proc"))
-    (tmp / "proc").mkdir()
     host = HostReading(time=0, load=(1.0, 1.0, 1.0), holders=(), complete=True)
     daemon = Daemon(home, store, config, launcher, probe=lambda: host)
     launcher.startup()
+    clock = time.time if real else None  # the apiserver's pods and logs live in real time
 
-    def tick(now: float) -> tuple[int, float]:
-        before = len(cluster.requests)
+    def tick(at: float) -> tuple[int, float]:
+        before = backend.requests(launcher)
         started = time.perf_counter()
-        daemon.tick(now=now)
-        return len(cluster.requests) - before, time.perf_counter() - started
+        daemon.tick(now=clock() if clock else at)
+        return backend.requests(launcher) - before, time.perf_counter() - started
 
     # Idle with a queued run that waits on cards: every tick is a full gate check.
-    cluster.add_pod("holder", cards=8, namespace="inference")
+    backend.hold_cards(8)
     run_id = store.add_run(validate({"cards": 2, "resident": 2, "steps": 200}))
     idle = [tick(t) for t in range(TICKS)]
     # Idle with an empty queue: nothing to gate.
     store.request_cancel(run_id)
     empty = [tick(TICKS + t) for t in range(TICKS)]
 
-    # A queued run whose image is not on the node: a card-less pre-pull pod pulls it.
+    prepull = [] if real else prepull_phase(backend.cluster, store, tick)
+
+    # A run: free the cards, launch, then tick while the pod logs steps.
+    backend.free_cards()
+    run_id = store.add_run(validate({"cards": 2, "resident": 2, "steps": 200}))
+    now = 100
+    while store.run(run_id)["status"] == "queued":
+        tick(now)
+        now += 1
+    pod = backend.start_pod(store.run(run_id)["job_name"])
+    before_ops = collections.Counter(launcher.client.calls)
+    running = []
+    for i in range(TICKS):
+        step = records.dumps(records.Step(config_label="main", step=i + 1, loss=2.0,
+                                          step_s=1.0, tokens=1024, lr=1e-5))
+        backend.log(pod, i, step)
+        if real:
+            time.sleep(0.2)  # kwok serves the line from its file: let the write land
+        running.append(tick(now + i))
+    ops = launcher.client.calls - before_ops
+    steps = len(store.steps(run_id))
+
+    def summary(rows):
+        calls = [c for c, _ in rows]
+        ms = sorted(s * 1000 for _, s in rows)
+        return f"{min(calls)}-{max(calls)} calls (median tick {ms[len(ms) // 2]:.2f} ms)"
+
+    print(f"against {backend.name}")
+    print(f"idle, a queued run waiting on cards: {summary(idle)}")
+    print(f"idle, empty queue:                   {summary(empty)}")
+    if prepull:
+        print(f"a queued run waiting on a pre-pull:  {summary(prepull)}; first tick "
+              f"{prepull[0][0]}, waiting {prepull[2][0]}, pulled {prepull[-1][0]}")
+    print(f"during a run:                        {summary(running)}; per tick: "
+          + ", ".join(f"{op} {n / TICKS:g}" for op, n in sorted(ops.items())))
+    print(f"steps ingested during the run: {steps} of {TICKS}")
+    launcher.close()
+    store.close()
+    worst_idle = max(c for c, _ in idle + empty)
+    ok = worst_idle <= IDLE_TARGET and steps == TICKS
+    print(f"target: idle tick <= {IDLE_TARGET} calls: {'met' if ok else 'NOT met'} "
+          f"(worst idle tick {worst_idle})")
+    return 0 if ok else 1
+
+
+def prepull_phase(cluster, store, tick) -> list[tuple[int, float]]:
+    """A queued run whose image is not on the node: a card-less pre-pull pod pulls it."""
     run_id = store.add_run(validate({"cards": 2, "resident": 2, "steps": 200,
                                      "image": "registry.example/other:1"}))
     prepull = [tick(2 * TICKS + t) for t in range(2)]
@@ -83,46 +235,8 @@ def main() -> int:
         {"name": "prepull", "state": {"terminated": {"exitCode": 0}}}]}})
     prepull.append(tick(3 * TICKS))
     store.request_cancel(run_id)
-
-    # A run: free the cards, launch, then tick while the pod logs steps.
-    cluster.kmock.objects["v1/pods", "inference", "holder"].delete()
-    run_id = store.add_run(validate({"cards": 2, "resident": 2, "steps": 200}))
-    now = 100
-    while store.run(run_id)["status"] == "queued":
-        tick(now)
-        now += 1
-    pod = cluster.start_pod(store.run(run_id)["job_name"])
-    before_ops = collections.Counter(launcher.client.calls)
-    running = []
-    for i in range(TICKS):
-        step = records.dumps(records.Step(config_label="main", step=i + 1, loss=2.0,
-                                          step_s=1.0, tokens=1024, lr=1e-5))
-        cluster.log(pod, [(f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}.5Z", step)])
-        running.append(tick(now + i))
-    ops = launcher.client.calls - before_ops
-    steps = len(store.steps(run_id))
-
-    def summary(rows):
-        calls = [c for c, _ in rows]
-        ms = sorted(s * 1000 for _, s in rows)
-        return f"{min(calls)}-{max(calls)} calls (median tick {ms[len(ms) // 2]:.2f} ms)"
-
-    print(f"idle, a queued run waiting on cards: {summary(idle)}")
-    print(f"idle, empty queue:                   {summary(empty)}")
-    print(f"a queued run waiting on a pre-pull:  {summary(prepull)}; first tick "
-          f"{prepull[0][0]}, waiting {prepull[2][0]}, pulled {prepull[-1][0]}")
-    print(f"during a run:                        {summary(running)}; per tick: "
-          + ", ".join(f"{op} {n / TICKS:g}" for op, n in sorted(ops.items())))
-    print(f"steps ingested during the run: {steps} of {TICKS}")
-    launcher.close()
-    store.close()
-    cluster.close()
-    worst_idle = max(c for c, _ in idle + empty)
-    ok = worst_idle <= IDLE_TARGET and steps == TICKS
-    print(f"target: idle tick <= {IDLE_TARGET} calls: {'met' if ok else 'NOT met'} "
-          f"(worst idle tick {worst_idle})")
-    return 0 if ok else 1
+    return prepull
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))

@@ -10,7 +10,7 @@ Targets, each printed with PASS or FAIL:
   ``safetensors.torch.save_file`` of the same tensors, median of paired
   rounds: <= 1.3x. Ours also writes the config, rngdctl.json and the sha256
   of the weights; neither fsyncs the weights.
-- checkpoint: masters and AdamW moments through trainer/checkpoint.py
+- checkpoint: masters and AdamW moments through trainer/output/checkpoint.py
   against save_file of the same tensors: <= 1.3x. A checkpoint is fsynced
   (it must survive the crash it is for) and save_file is not, so it is judged
   against save_file followed by an fsync of its file; the ratio against
@@ -181,7 +181,7 @@ def bench_save(engine, tmp: Path, reps: int) -> dict:
     cache (``sync`` before it, untimed; its files deleted after): what one write costs, not
     the writeback that the ones before it left. Shuffled (seeded), since a write on a
     shared VM's disk ran up to 3x slower after some others: a fixed order pins that on one."""
-    from trainer import checkpoint, save, weights
+    from trainer.output import checkpoint, save, weights
     from trainer.ownership import Owner
 
     model = engine.model
@@ -239,7 +239,8 @@ def bench_save(engine, tmp: Path, reps: int) -> dict:
 def bench_rss(engine, tmp: Path, merge: bool = False) -> dict:
     import gc
 
-    from trainer import models, save
+    from trainer import models
+    from trainer.output import save
 
     layer = models.params_per_layer(engine.model) * 4
     tensors = {e.name: e.fetch() for e in save.full_entries(engine.model)}

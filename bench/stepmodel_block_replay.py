@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon import stepmodel
 from daemon.store import Store
+from trainer.engine.timing import interleaved_order
 from trainer.records import BASELINE, MAIN
-from trainer.timing import interleaved_order
 
 
 def recorded_series(home: Path) -> list[float] | None:

@@ -37,10 +37,10 @@ KINDS = ("wall", "cpu", "fwd_bwd")
 def one(model: str, steps: int, resident: int) -> dict[str, list[list[float]]]:
     """Two engines of one config in this process, stepped as the trainer interleaves them."""
     sys.path.insert(0, str(REPO))
-    from trainer import optim
     from trainer.config import TrainConfig
+    from trainer.engine import optim
+    from trainer.engine.timing import interleaved_order
     from trainer.records import RecordWriter
-    from trainer.timing import interleaved_order
     from trainer.train import Recipe
 
     cfg = TrainConfig(run_id="floor", model=model, resident_layers=resident, backend="cpu",

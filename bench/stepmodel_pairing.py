@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon import stepmodel
-from trainer.timing import interleaved_order
+from trainer.engine.timing import interleaved_order
 
 
 def one_run(rng: random.Random, args, slowed_from: int) -> tuple[float, float]:

@@ -46,17 +46,18 @@ def main() -> int:
         return 0
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from trainer import backends, data
-    from trainer.engine import LayerEngine
+    from trainer.backends import kinds
+    from trainer.data import batches
+    from trainer.engine.layer_engine import LayerEngine
 
     up_peak, down_peak = peak("up"), peak("down")
     config = LlamaConfig(vocab_size=512, hidden_size=2048, intermediate_size=7168,
                          num_hidden_layers=args.layers, num_attention_heads=16,
                          num_key_value_heads=4, attn_implementation="eager")
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    engine = LayerEngine(model, backends.parse("cuda"), 0, 1e-4, 0.01, 1.0)
+    engine = LayerEngine(model, kinds.parse("cuda"), 0, 1e-4, 0.01, 1.0)
     nbytes = sum(m.numel() * 4 for s in engine.slots for m in s.host_master.values())
-    stream = iter(data.make_batches(data.open_source("synthetic"), None, 512, 1, 0, 512))
+    stream = iter(batches.make_batches(batches.open_source("synthetic"), None, 512, 1, 0, 512))
     ups, downs = [], []
     for i in range(args.steps):
         res = engine.step([next(stream), next(stream)], 1e-4)

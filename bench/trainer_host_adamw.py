@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from trainer import backends, optim
-from trainer.engine import LayerEngine
+from trainer.backends import kinds
+from trainer.engine import optim
+from trainer.engine.layer_engine import LayerEngine
 
 
 def main() -> int:
@@ -51,7 +52,7 @@ def main() -> int:
     triplet = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     triplet.load_state_dict(model.state_dict())
 
-    engine = LayerEngine(model, backends.parse("cpu"), 0, lr=1e-4, weight_decay=0.01,
+    engine = LayerEngine(model, kinds.parse("cpu"), 0, lr=1e-4, weight_decay=0.01,
                          max_grad_norm=1.0)
     host = engine.host_opt
     n = sum(p.numel() for g in host.param_groups for p in g["params"])

@@ -7,7 +7,7 @@ Model ``llama-3.1-8b-mini`` (Llama-3.1-8B's layer structure: 8 layers, hidden
 trainers on the same model and batches, stepped in turn in every round
 (alternating the order) so machine noise hits them alike:
 
-- ``plain``: the whole-model PyTorch loop (trainer.plain),
+- ``plain``: the whole-model PyTorch loop (trainer.engine.plain),
 - ``resident``: the engine, one cpu card, every layer resident,
 - ``offload``: the engine, one cpu card, no layer resident.
 
@@ -28,9 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from trainer import backends, data, models, optim
-from trainer.engine import LayerEngine
-from trainer.plain import PlainLoop
+from trainer import models
+from trainer.backends import kinds
+from trainer.data import batches
+from trainer.engine import optim
+from trainer.engine.layer_engine import LayerEngine
+from trainer.engine.plain import PlainLoop
 from trainer.records import PHASES
 
 WARMUP = 2
@@ -46,16 +49,16 @@ def main() -> int:
 
     spec = models.resolve(args.model)
     vocab = 2048
-    stream = iter(data.make_batches(data.open_source("synthetic"), None, args.seq_len, 1, 0,
-                                    data.SYNTHETIC_VOCAB))
+    stream = iter(batches.make_batches(batches.open_source("synthetic"), None, args.seq_len, 1, 0,
+                                       batches.SYNTHETIC_VOCAB))
     steps = [[next(stream) for _ in range(args.accum)] for _ in range(args.steps)]
     sched = optim.Schedule(1e-3, args.steps, 2)
 
     plain = PlainLoop(models.build(spec, vocab, 0), torch.device("cpu"), 1e-3, 0.01, 1.0)
     layers = models.num_layers(plain.model)
-    resident = LayerEngine(models.build(spec, vocab, 0), backends.parse("cpu"), layers,
+    resident = LayerEngine(models.build(spec, vocab, 0), kinds.parse("cpu"), layers,
                            1e-3, 0.01, 1.0)
-    offload = LayerEngine(models.build(spec, vocab, 0), backends.parse("cpu"), 0,
+    offload = LayerEngine(models.build(spec, vocab, 0), kinds.parse("cpu"), 0,
                           1e-3, 0.01, 1.0)
 
     times = {"plain": [], "resident": [], "offload": []}

@@ -79,7 +79,7 @@ def shared_tmp(tmp_path):
 
 def claim_as_saved(store, run_id: int, folder, files: dict | None = None) -> None:
     """``folder`` as run ``run_id`` of ``store``'s home saved it: its ``rngdctl.json`` names
-    the run and the weights' sha256 (``files``), as trainer/save.py writes it."""
+    the run and the weights' sha256 (``files``), as trainer/output/save.py writes it."""
     from trainer import ownership
 
     folder = Path(folder)

@@ -1,6 +1,6 @@
 """``python -m trainer``: train, check, compile.
 
-Records go to stdout, or with ``--log FILE`` to that file only (trainer/steplog.py:
+Records go to stdout, or with ``--log FILE`` to that file only (trainer/output/steplog.py:
 each step once, also after a resume); human lines go to stderr, with ``--log`` a
 progress line too. Exit codes
 (trainer.records): 0 ok, 1 error, 2 bad input, 3 out of memory; 143 after
@@ -205,7 +205,7 @@ def _record_writer(path: str | None):
     """Where the records go: stdout without ``--log``, else the log file alone."""
     if path is None:
         return RecordWriter(sys.stdout)
-    from trainer.steplog import open_log
+    from trainer.output.steplog import open_log
 
     return open_log(path)
 
@@ -217,7 +217,7 @@ def _close(writer) -> None:
 
 def cmd_train(args) -> int:
     from trainer.config import TrainConfig
-    from trainer.console import console, log
+    from trainer.output.console import console, log
     from trainer.train import Recipe
 
     stop = _Stop()
@@ -294,13 +294,13 @@ def _backend_failure(exc: BaseException, backend: str) -> str | None:
     """One line for a failure the card's package explains (an op it cannot run), else None."""
     if "furiosa" not in backend:
         return None
-    from trainer import furiosa_torch
+    from trainer.backends import furiosa_torch
 
     return furiosa_torch.describe_op_failure(exc)
 
 
 def cmd_check(args) -> int:
-    from trainer.check import run_check
+    from trainer.backends.check import run_check
 
     return run_check(args.backend, args.model, args.seq_len, args.resident_layers, args.seed,
                      args.rtol, as_json=args.json, ops=args.ops, probe=not args.trace_only,
@@ -308,7 +308,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from trainer.compile import run_compile
+    from trainer.backends.compile import run_compile
 
     writer = _record_writer(args.log)
     try:
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if "furiosa" in getattr(args, "backend", ""):
         # furiosa-torch's native code logs on fd 1: keep it out of the record stream.
-        from trainer.furiosa_torch import keep_records_clean
+        from trainer.backends.furiosa_torch import keep_records_clean
 
         keep_records_clean()
     try:

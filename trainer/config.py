@@ -13,7 +13,7 @@ from trainer.errors import UsageError
 from trainer.ownership import parse_mode, unusable_output
 
 #: Held-out examples evaluated at most (``--eval-max-examples``); past it, a seeded draw of
-#: this many (trainer/data.py ``eval_rows``). The mean's standard error is then about a
+#: this many (trainer/data/batches.py ``eval_rows``). The mean's standard error is then about a
 #: thirtieth of one example's spread, and an evaluation costs at most this many rows of
 #: forward: a 17 MB held-out file (175,000 examples), evaluated whole, once took 76 s
 #: before the first step.
@@ -33,7 +33,7 @@ BASELINE_STEPS, INTERLEAVED_BASELINE_STEPS = 40, 200
 
 
 #: TrainConfig fields a resumed run must share with the checkpoint it goes on from
-#: (trainer/outdir.py refuses another config's checkpoint). Here, torch-free, so that the
+#: (trainer/output/folder.py refuses another config's checkpoint). Here, torch-free, so that the
 #: daemon's `edit` checks a run that will resume against the same list (daemon/run/resumable.py).
 RESUME_KEYS = ("model", "lora", "resident_layers", "backend", "steps", "seq_len", "accum",
                "micro_batch", "lr", "schedule", "warmup", "weight_decay", "max_grad_norm",
@@ -73,7 +73,7 @@ class TrainConfig:
     interleave: int = 0  # with --baseline: alternate the passes in blocks of this many steps
     cache_dir: str | None = None  # where trained tokenizers are cached
     log: str | None = None  # records also go to this file
-    # --- the run's output (trainer/outdir.py) ---
+    # --- the run's output (trainer/output/folder.py) ---
     out: str | None = None  # the saved model and checkpoints/ go here
     output_mode: int = 0o700  # out's mode; its files' the same less execute
     merge: bool = False  # with --lora: merged full weights instead of the adapter

@@ -1,6 +1,6 @@
 """A data file read as a stream, within bounds: its size, its lines' length, UTF-8.
 
-The trainer reads ``--data`` and ``--eval-data`` files through ``lines`` (trainer/data.py
+The trainer reads ``--data`` and ``--eval-data`` files through ``lines`` (trainer/data/batches.py
 parses each line); ``submit`` runs ``check`` over the same file (daemon/run/spec.py), so a
 file the trainer would refuse is refused before it is queued, in the same words. A file is
 read a line at a time, never whole, and a line past ``MAX_LINE_BYTES`` is refused rather

@@ -2,7 +2,7 @@
 
 Below both the daemon (its host probes, daemon/probes/host_reading.py, and the holder
 report) and the trainer (a card another process holds at start,
-trainer/backends.py), so that neither imports the other: stdlib only.
+trainer/backends/kinds.py), so that neither imports the other: stdlib only.
 """
 
 from __future__ import annotations

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from trainer.placement import blocks
 
-#: Bytes per parameter on a card, by the trainer's placement (trainer/engine.py):
+#: Bytes per parameter on a card, by the trainer's placement (trainer/engine/layer_engine.py):
 #: a resident layer keeps its fp32 master, gradient and AdamW's two moments on
 #: the card; an offloaded layer keeps an fp32 compute copy and its gradient;
 #: embedding, norm and head are resident on their cards.
 RESIDENT_BYTES = 16
 OFFLOADED_BYTES = 8
-#: Bytes per offloaded parameter in host memory (trainer/engine.py): its fp32
+#: Bytes per offloaded parameter in host memory (trainer/engine/layer_engine.py): its fp32
 #: master, gradient and AdamW's two moments.
 HOST_BYTES = 16
 #: Backend kinds whose "cards" are the host itself: their card bytes are host bytes too.

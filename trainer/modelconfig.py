@@ -49,7 +49,7 @@ FAMILIES = ("llama", "qwen2")
 CONFIG_NAME = "config.json"
 #: A real config.json is a few KB; past this it is not one.
 MAX_CONFIG_BYTES = 1 << 20
-#: A named config's vocabulary is the tokenizer's trained on the run's text (trainer/data.py
+#: A named config's vocabulary is the tokenizer's trained on the run's text (trainer/data/batches.py
 #: ``tokenizer_vocab``: 512 to this many) or the synthetic data's 128.
 MAX_TRAINED_VOCAB = 4096
 

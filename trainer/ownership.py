@@ -8,7 +8,7 @@ checkpoints) and the daemon (the home, ``submit``'s ``--out``) ask here, so
 the rules are one set. Torch-free: the daemon imports it (a shared module).
 
 A run's output folder is claimed by ``rngdctl.json``, the file the save
-completes (trainer/save.py): from the trainer's start it names the run and
+completes (trainer/output/save.py): from the trainer's start it names the run and
 the home that own the folder, so a second run never writes into it and a
 reader can tell whose model it holds.
 """
@@ -338,7 +338,7 @@ def claim(folder: Path, owner: Owner, *, mode: int = DEFAULT_MODE,
     claim it for ``owner``, unless it is claimed already (a resume).
 
     Call ``check_output`` first. The claim names no weights file yet; the save
-    rewrites the same file with its files and checksums (trainer/save.py).
+    rewrites the same file with its files and checksums (trainer/output/save.py).
     ``details`` go into the claim beside the owner (a hand-started trainer's
     config, so a refusal can say what differs).
     """

@@ -55,7 +55,7 @@ PHASES = (
 )
 
 #: A key of an all-offload pass's ``start`` config: the optimizer's cost per
-#: layer, timed by trainer/calibrate.py on scratch buffers shaped like one
+#: layer, timed by trainer/engine/calibrate.py on scratch buffers shaped like one
 #: layer, before the pass's first step. Seconds: ``host_per_layer_s`` and
 #: ``host_call_s`` (the host's fused AdamW with the clip norm: one more layer,
 #: and the call's own fixed part) over ``reps`` timed pairs, and

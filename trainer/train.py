@@ -26,9 +26,9 @@ With ``--baseline`` two things keep the step-time model's comparison honest
   so slow drift of the host hits both alike. Each pass's losses are those of
   the pass run alone (tested).
 
-With ``--out DIR`` the run delivers its result (trainer/outdir.py): the model
-at the end (trainer/save.py), checkpoints every ``--checkpoint-every`` main
-steps and when SIGTERM stops it after a whole step (trainer/checkpoint.py),
+With ``--out DIR`` the run delivers its result (trainer/output/folder.py): the model
+at the end (trainer/output/save.py), checkpoints every ``--checkpoint-every`` main
+steps and when SIGTERM stops it after a whole step (trainer/output/checkpoint.py),
 and ``--resume`` (default ``auto``) goes on from the newest one exactly as if
 it had never stopped. ``--eval-data``/``--eval-split`` add the main pass's
 held-out loss before its first step, every ``--eval-every`` steps and after
@@ -44,10 +44,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from trainer import provenance
 from trainer.config import TrainConfig, default_baseline_steps
-from trainer.console import console, log
+from trainer.engine.timing import SETTLE_K, SETTLE_TOL, interleaved_order, settled_by_rule
 from trainer.errors import Cancelled, UsageError
+from trainer.output import provenance
+from trainer.output.console import console, log
 from trainer.records import (
     BASELINE,
     MAIN,
@@ -58,7 +59,6 @@ from trainer.records import (
     Start,
     Step,
 )
-from trainer.timing import SETTLE_K, SETTLE_TOL, interleaved_order, settled_by_rule
 
 
 @dataclass
@@ -71,7 +71,7 @@ class PassSummary:
 class Recipe:
     def __init__(self, cfg: TrainConfig, writer: RecordWriter,
                  should_stop: Callable[[], bool] = lambda: False):
-        from trainer.outdir import OutputFolder
+        from trainer.output.folder import OutputFolder
 
         cfg.validate()
         self.cfg = cfg
@@ -87,8 +87,10 @@ class Recipe:
     def setup(self) -> None:
         import torch
 
-        from trainer import backends, data, models, tokenizer
-        from trainer.engine import Placement
+        from trainer import models
+        from trainer.backends import kinds
+        from trainer.data import batches, tokenizer
+        from trainer.engine.layer_engine import Placement
 
         cfg = self.cfg
         # --out is this run's, or the run stops now, before the data is read or a step
@@ -97,12 +99,12 @@ class Recipe:
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         self.spec = models.resolve(cfg.model)
-        self.backends = backends.parse(cfg.backend)
+        self.backends = kinds.parse(cfg.backend)
         # Refuse a placement that cannot be made before any record is written.
         Placement.plan(self.spec.layers, len(self.backends), cfg.resident_layers, tied=False)
         self.check_memory()
-        self.source = data.open_source(cfg.data, cfg.max_data_bytes)
-        eval_source = data.open_eval_source(cfg.eval_data, cfg.max_data_bytes, self.source)
+        self.source = batches.open_source(cfg.data, cfg.max_data_bytes)
+        eval_source = batches.open_eval_source(cfg.eval_data, cfg.max_data_bytes, self.source)
         self.tokenizer = None
         if self.source.kind != "synthetic":
             if self.spec.folder is not None:
@@ -113,38 +115,38 @@ class Recipe:
                 texts = self.source.texts()
                 cache = Path(cfg.cache_dir) if cfg.cache_dir else tokenizer.default_cache_dir()
                 t0 = time.perf_counter()
-                self.tokenizer = tokenizer.trained(texts, data.tokenizer_vocab(texts), cache)
+                self.tokenizer = tokenizer.trained(texts, batches.tokenizer_vocab(texts), cache)
                 del texts
                 log(f"tokenizer: {len(self.tokenizer)} tokens ({time.perf_counter() - t0:.2f} s)")
         if self.spec.folder is not None:
             self.vocab = self.spec.architecture.vocab
         else:
-            self.vocab = len(self.tokenizer) if self.tokenizer else data.SYNTHETIC_VOCAB
-        vocab = min(self.vocab, data.SYNTHETIC_VOCAB)
-        rows = data.encoded(self.source, self.tokenizer, cfg.seq_len, cfg.seed, vocab)
+            self.vocab = len(self.tokenizer) if self.tokenizer else batches.SYNTHETIC_VOCAB
+        vocab = min(self.vocab, batches.SYNTHETIC_VOCAB)
+        rows = batches.encoded(self.source, self.tokenizer, cfg.seq_len, cfg.seed, vocab)
         held = None
         if cfg.eval_split is not None:
-            rows, held = data.hold_out(rows, cfg.eval_split, cfg.seed, cfg.micro_batch)
+            rows, held = batches.hold_out(rows, cfg.eval_split, cfg.seed, cfg.micro_batch)
             held = held[self.evaluated(len(held))]
         elif eval_source is not None:
             if eval_source.kind != "synthetic":  # drawn before they are tokenized
                 eval_source = eval_source.sample(self.evaluated(len(eval_source.examples)))
-            held = data.encoded(eval_source, self.tokenizer, cfg.seq_len, cfg.seed, vocab,
-                                draw=cfg.seed)
+            held = batches.encoded(eval_source, self.tokenizer, cfg.seq_len, cfg.seed, vocab,
+                                   draw=cfg.seed)
         if held is not None:
             self.eval_examples = len(held)
-            self.eval_set = data.EvalSet(held, cfg.micro_batch)
-        self.batches = data.Batches(rows, cfg.micro_batch, cfg.seed)
+            self.eval_set = batches.EvalSet(held, cfg.micro_batch)
+        self.batches = batches.Batches(rows, cfg.micro_batch, cfg.seed)
 
     def evaluated(self, examples: int):
         """Which held-out examples are evaluated: all, or a seeded draw (said in a line)."""
-        from trainer import data
+        from trainer.data import batches
 
         most = self.cfg.eval_max_examples
         if examples > most:
             log(f"held-out loss over {most:,} of {examples:,} held-out examples (a seeded "
                 f"draw; --eval-max-examples)")
-        return data.eval_rows(examples, most, self.cfg.seed)
+        return batches.eval_rows(examples, most, self.cfg.seed)
 
     def check_memory(self) -> None:
         """Refuse, before anything is allocated, a model the host cannot hold, by the step
@@ -164,7 +166,7 @@ class Recipe:
 
     def build_engine(self, resident: int):
         from trainer import models
-        from trainer.engine import LayerEngine
+        from trainer.engine.layer_engine import LayerEngine
 
         cfg = self.cfg
         model = models.build(self.spec, self.vocab, cfg.seed)
@@ -178,7 +180,7 @@ class Recipe:
         from the model's skeleton (no memory): what find_resume checks a checkpoint
         against before any engine is built."""
         from trainer import models
-        from trainer.engine import state_layout_of
+        from trainer.engine.layer_engine import state_layout_of
 
         if self._expected_layout is None:
             skeleton = models.skeleton(self.spec, self.vocab, self.cfg.lora)
@@ -369,7 +371,7 @@ class _StoppedInEval(Exception):
 
 
 def _schedule(cfg: TrainConfig, steps: int):
-    from trainer import optim
+    from trainer.engine import optim
 
     return optim.Schedule(cfg.lr, steps, cfg.warmup if cfg.warmup is not None
                           else optim.default_warmup(steps), cfg.schedule)
@@ -439,13 +441,13 @@ class _Pass:
             recipe.evaluate(self)  # the held-out loss before any update
 
     def calibrate(self, engine) -> dict:
-        """The optimizer's cost per layer (trainer/calibrate.py), for the step model.
+        """The optimizer's cost per layer (trainer/engine/calibrate.py), for the step model.
 
         An all-offload pass is what the step model fits on, and it never runs a
         resident layer or varies the offloaded ones: timed once here, before
         the first step, on scratch buffers the size of its first layer's groups.
         """
-        from trainer import calibrate
+        from trainer.engine import calibrate
 
         numels = [t.numel() for t in engine.slots[0].host_master.values()]
         t0 = time.perf_counter()

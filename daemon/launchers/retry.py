@@ -41,7 +41,7 @@ KIND = "retry"
 
 #: Kubelet reasons that say the image name itself is wrong: no retry, pulled before or not.
 NEVER_PULLABLE = ("InvalidImageName", "ErrImageNeverPull")
-#: The words trainer/backends.py uses when a card is held by another process at start.
+#: The words trainer/backends/kinds.py uses when a card is held by another process at start.
 _HELD = re.compile(r"\bcard \d+ is held by pid \d+|\bevery RNGD card is held\b")
 
 

@@ -6,7 +6,7 @@ folder that another run of this home names (queued, running or past), one
 inside another run's or holding one, any folder under ``HOME/runs`` (each run's
 own, ``HOME/runs/<id>/model`` its default), and on this host a folder another
 run claims (``rngdctl.json``) or that holds files no run claims. The trainer
-checks the folder again when it starts (trainer/outdir.py), as a folder may
+checks the folder again when it starts (trainer/output/folder.py), as a folder may
 change between a submit and a launch; the rules are trainer/ownership.py's.
 """
 

@@ -23,7 +23,7 @@ from daemon.errors import BadInput
 from trainer import footprint
 from trainer.modelconfig import Architecture
 
-#: The import furiosa-torch provides (trainer/furiosa_torch.py imports it).
+#: The import furiosa-torch provides (trainer/backends/furiosa_torch.py imports it).
 FURIOSA_MODULE = ("furiosa", "torch")
 
 

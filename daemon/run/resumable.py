@@ -7,7 +7,7 @@ manifest. An `edit` that changes one would cost the run an attempt at launch and
 there; ``check_edit`` refuses it first, in one line naming the key. A change back to the
 checkpoint's value is always taken, so a run that already failed that way can be edited back.
 
-Torch-free: the manifest is read as JSON (trainer/checkpoint.py writes it), from where this
+Torch-free: the manifest is read as JSON (trainer/output/checkpoint.py writes it), from where this
 host sees the checkpoint; one it cannot see (a Kubernetes volume not mounted here) is not
 checked.
 """
@@ -24,7 +24,7 @@ from daemon.run.spec import baseline_steps
 from trainer.config import RESUME_KEYS, TrainConfig
 from trainer.ownership import MAX_JSON_BYTES, NotOurs, read_regular
 
-#: A checkpoint's manifest, written last (trainer/checkpoint.py's MANIFEST; a test holds them
+#: A checkpoint's manifest, written last (trainer/output/checkpoint.py's MANIFEST; a test holds them
 #: equal).
 MANIFEST = "manifest.json"
 

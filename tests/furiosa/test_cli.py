@@ -86,7 +86,7 @@ def test_furiosa_torch_2026_2_uses_its_rngd_device_and_fails_the_same_way(python
     older = release_path("furiosa-torch==2026.2.0")
     if not older.is_dir():
         pytest.skip(f"furiosa-torch 2026.2.0 is not at {older}")
-    shown = python_in("-c", "import trainer.furiosa_torch as f; "
+    shown = python_in("-c", "import trainer.backends.furiosa_torch as f; "
                       "print(f.version(), f.device_type(), f.card_device(5))", first=older)
     assert shown.stdout.split() == ["2026.2.0", "rngd", "rngd:5"], shown.stderr
     done = python_in("-m", "trainer", "train", "--steps", "2", "--backend", "furiosa:0",

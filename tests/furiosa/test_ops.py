@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer import furiosa_torch, ops
+from trainer.backends import furiosa_torch, op_report
 
 # furiosa-torch compiles each op's PE code with the aarch64 cross compiler (.ci/run installs
 # it; a host without it gets traced-only reports, and these tests cannot run there).
-needs_cross_compiler = pytest.mark.skipif(ops.why_not_probed() is not None,
-                                          reason=str(ops.why_not_probed()))
+needs_cross_compiler = pytest.mark.skipif(op_report.why_not_probed() is not None,
+                                          reason=str(op_report.why_not_probed()))
 
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    return {g.name: g for g in ops.step_graphs("tiny-llama", seq_len=16, probe=False)}
+    return {g.name: g for g in op_report.step_graphs("tiny-llama", seq_len=16, probe=False)}
 
 
 def rows(graph, part):
@@ -35,8 +35,8 @@ def test_the_step_has_five_graphs_with_forward_backward_and_optimizer_ops(tiny_l
 
 
 def test_the_card_step_has_none_of_the_ops_2026_4_cannot_differentiate(tiny_llama):
-    # The furiosa backend's modules (trainer/furiosa_modules.py): no linear, no softmax with
-    # dtype, no embedding or nll_loss backward; every op that needs a gradient is one the
+    # The furiosa backend's modules (trainer/backends/furiosa_modules.py): no linear, no softmax
+    # with dtype, no embedding or nll_loss backward; every op that needs a gradient is one the
     # package differentiates itself (or a view).
     ops_seen = {r.op for g in tiny_llama.values() for r in g.rows}
     assert not ops_seen & {"aten::linear", "aten::embedding", "aten::cross_entropy_loss",
@@ -58,7 +58,7 @@ def test_the_card_step_has_none_of_the_ops_2026_4_cannot_differentiate(tiny_llam
 
 
 def test_gradients_are_the_packages_own_where_it_registers_them_else_torchs(tiny_llama):
-    assert "aten::matmul" in ops.differentiated_by_package()
+    assert "aten::matmul" in op_report.differentiated_by_package()
     layer = tiny_llama["decoder layer (every layer)"]
     forward = rows(layer, "forward")
     assert forward["aten::matmul"].grad == "furiosa"  # the attention's products
@@ -114,9 +114,9 @@ def test_a_probed_op_compiles_for_a_card_and_the_verdict_names_what_cannot():
         with torch.enable_grad():
             return torch.nn.functional.silu(x.requires_grad_(True)) + table(ids)
 
-    graph = ops.trace_graph("silu and embedding", forward,
-                            (torch.randn(8, 16), torch.randint(0, 32, (8,))), True,
-                            ops.differentiated_by_package(), ops.new_caches())
+    graph = op_report.trace_graph("silu and embedding", forward,
+                                  (torch.randn(8, 16), torch.randint(0, 32, (8,))), True,
+                                  op_report.differentiated_by_package(), op_report.new_caches())
     silu = rows(graph, "forward")["aten::silu"]
     assert (silu.status, silu.grad, silu.grad_status) == ("OK", "furiosa", "OK")
     # furiosa-torch 2026.4.0 cannot compile torch's embedding gradient (so the card runs the
@@ -128,7 +128,8 @@ def test_a_probed_op_compiles_for_a_card_and_the_verdict_names_what_cannot():
 
 
 def test_the_lora_step_runs_the_adapters_products_as_mm_with_their_own_backward():
-    graphs = {g.name: g for g in ops.step_graphs("tiny-llama", seq_len=16, probe=False, lora=4)}
+    graphs = {g.name: g
+              for g in op_report.step_graphs("tiny-llama", seq_len=16, probe=False, lora=4)}
     layer = graphs["decoder layer (every layer)"]
     forward = rows(layer, "forward")
     # the attention's two products stay matmul; the adapters' two products per projection
@@ -153,7 +154,7 @@ def test_every_op_of_the_chunked_loss_and_its_own_backward_compiles_for_a_card()
     # The loss a chunk of tokens at a time (two chunks of 4 here: each op and shape compiles
     # once), its backward written out: each op, forward and backward, compiles with the
     # trainer's settings.
-    from trainer import furiosa_modules
+    from trainer.backends import furiosa_modules
 
     furiosa_torch.fuse_cards()
     furiosa_torch.configure_compiler()
@@ -168,10 +169,10 @@ def test_every_op_of_the_chunked_loss_and_its_own_backward_compiles_for_a_card()
     def backward(x, target, scale):
         return furiosa_modules.chunked_loss_backward(x, target, scale, 4)
 
-    graph = ops.trace_graph("loss", loss, (logits,), True, ops.differentiated_by_package(),
-                            ops.new_caches(),
-                            explicit=(("the loss's own backward", backward,
-                                       (logits, target, torch.tensor(0.125))),))
+    graph = op_report.trace_graph("loss", loss, (logits,), True,
+                                  op_report.differentiated_by_package(), op_report.new_caches(),
+                                  explicit=(("the loss's own backward", backward,
+                                             (logits, target, torch.tensor(0.125))),))
     assert rows(graph, "forward")["aten::log_softmax.int"].grad == "explicit"
     assert {"aten::softmax.int", "aten::copy_", "aten::sub.Tensor"} <= set(
         rows(graph, "backward"))

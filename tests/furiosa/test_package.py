@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer import backends, furiosa_torch
+from trainer.backends import furiosa_torch, kinds
 from trainer.errors import BackendUnavailable, UsageError
 
 
@@ -57,7 +57,7 @@ def test_no_driver_is_one_error_naming_the_driver_library_and_prints_nothing(cap
 
 def test_the_parser_turns_a_missing_card_into_a_backend_error():
     with pytest.raises(BackendUnavailable, match="backend furiosa:1: no RNGD card or driver"):
-        backends.parse("furiosa:1")
+        kinds.parse("furiosa:1")
 
 
 def test_the_compile_backend_is_the_packages_callable_not_a_string():

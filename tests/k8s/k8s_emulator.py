@@ -33,6 +33,9 @@ RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs", "v1/namespaces",
              "coordination.k8s.io/v1/leases")
 LEASES = "coordination.k8s.io/v1/leases"
 NO_NEWLINE = "\0no-newline"
+#: The media types the apiserver serves (Accept must name one, or a wildcard).
+SERIALIZERS = ("application/json", "application/yaml", "application/vnd.kubernetes.protobuf",
+               "application/*", "*/*")
 
 
 def stamp(second: float, nanos: int = 0) -> str:
@@ -158,6 +161,13 @@ class Emulator(kmock.KubernetesEmulator):
             if request in payload._source and not payload._disabled.is_set():
                 return await apps.RawHandler._handle(self, request)
         self.log_requests.append(dict(request.params))
+        accept = request.headers.get("Accept") or "*/*"
+        if not any(kind.split(";")[0].strip() in SERIALIZERS for kind in accept.split(",")):
+            # The apiserver's negotiation, logs included (a bare text/plain is refused).
+            raise kmock.KubernetesError(
+                status=406, reason="NotAcceptable",
+                message="only the following media types are accepted: application/json, "
+                        "application/yaml, application/vnd.kubernetes.protobuf")
         lines = self.logs.get((request.namespace, request.name))
         if lines is None:
             raise kmock.KubernetesObjectNotFoundError()

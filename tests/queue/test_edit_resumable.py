@@ -32,7 +32,7 @@ def trainer_config(config: dict, run_id: int = 1) -> TrainConfig:
 
 def checkpointed(store, home, config: dict = CONFIG, status: str = "cancelled") -> int:
     """A run that ended after writing its checkpoint at step 20, as the trainer writes it."""
-    from trainer.outdir import fingerprint
+    from trainer.output.folder import fingerprint
 
     run = store.add_run(validate(config))
     folder = home.path / "runs" / str(run) / "model" / "checkpoints" / "step-20"
@@ -59,7 +59,7 @@ def test_the_daemons_resume_values_are_the_trainers_for_the_argv_it_is_given(con
 
 
 def test_the_manifests_name_is_the_checkpoint_writers():
-    from trainer import checkpoint
+    from trainer.output import checkpoint
 
     assert resumable.MANIFEST == checkpoint.MANIFEST
 

@@ -51,7 +51,7 @@ def test_an_image_pull_is_transient_only_when_the_image_was_pulled_before(store)
 
 
 def test_the_trainers_held_card_words_are_what_the_rule_recognises():
-    from trainer.backends import _held_by
+    from trainer.backends.kinds import _held_by
 
     class Holder:
         pid, cmdline = 4242, "python -m trainer train"

@@ -104,7 +104,7 @@ def _refused(fn, *args, **kwargs) -> str | None:
 
 def test_submit_model_and_the_trainer_refuse_exactly_the_same_placements():
     from daemon.stepmodel import Shape
-    from trainer.engine import Placement
+    from trainer.engine.layer_engine import Placement
 
     refused = 0
     for layers, cards, resident in GRID:

@@ -205,7 +205,7 @@ def test_a_link_at_any_file_the_launch_opens_refuses_the_launch_in_one_line(
 
 def test_the_trainers_log_is_never_written_through_a_link(tmp_path, victim):
     from trainer.errors import UsageError
-    from trainer.steplog import open_log
+    from trainer.output.steplog import open_log
 
     (tmp_path / "steps.jsonl").symlink_to(victim)
 

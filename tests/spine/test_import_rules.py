@@ -46,9 +46,13 @@ def test_heavy_libraries_are_imported_only_where_they_belong(library, allowed):
     assert offenders == []
 
 
-def test_the_contract_and_the_trainer_package_import_no_torch():
-    for name in ("trainer/__init__.py", "trainer/records.py"):
-        assert not imports(REPO / name) & {"torch", "transformers"}
+def test_the_contract_and_the_trainer_packages_import_no_torch():
+    # Every package of the trainer too: importing trainer.engine.timing (the recipe does, at
+    # its top) runs trainer/engine/__init__.py first, and the recipe imports torch lazily.
+    packages = sorted(str(p.relative_to(REPO)) for p in (REPO / "trainer").rglob("__init__.py"))
+    assert "trainer/__init__.py" in packages and len(packages) > 1
+    for name in ("trainer/records.py", *packages):
+        assert not imports(REPO / name) & {"torch", "transformers"}, name
 
 
 # The statements and calls that are SQL: a string that starts like a statement, or a
@@ -89,9 +93,10 @@ def test_the_sql_rule_sees_a_query_written_outside_the_store(tmp_path):
 
 
 # === the layers ==============================================================
-# rngdctl -> daemon -> the shared modules; the trainer apart. The shared modules sit in the
-# trainer's package (the contract, records.py, was there first) but import no torch and
-# nothing of the trainer's own: the daemon reads them, the trainer runs on them.
+# rngdctl -> daemon -> the shared modules; the trainer apart. The shared modules sit at the top
+# of the trainer's package (the contract, records.py, was there first; the trainer's own parts
+# are its subpackages) but import no torch and nothing of the trainer's own: the daemon reads
+# them, the trainer runs on them.
 SHARED = {"trainer.records", "trainer.placement", "trainer.config", "trainer.devices",
           "trainer.errors", "trainer.ownership", "trainer.modelconfig", "trainer.footprint",
           "trainer.datafile"}
@@ -309,7 +314,22 @@ def test_no_two_modules_share_a_name_unless_they_are_one_idea_in_parallel_places
     assert repeated_names(SOURCES) == {}
 
 
+def named_as_their_package(paths) -> list[str]:
+    """Modules named as the package that holds them (``trainer/data/data.py``): the name said
+    twice, where the module's own idea has a name of its own."""
+    return sorted(str(p.relative_to(REPO)) for p in paths if p.stem == p.parent.name)
+
+
+def test_no_module_is_named_as_its_package():
+    assert named_as_their_package(SOURCES) == []
+
+
 def test_the_name_rule_sees_a_repeated_name():
     stray = [REPO / "daemon/run/plots.py", REPO / "rngdctl/tui/plots.py",
              REPO / "daemon/run/diff.py", REPO / "rngdctl/commands/diff.py"]
     assert repeated_names(stray) == {"plots.py": ["daemon/run", "rngdctl/tui"]}
+
+
+def test_the_package_name_rule_sees_a_module_named_as_its_package():
+    stray = [REPO / "trainer/data/data.py", REPO / "trainer/data/batches.py"]
+    assert named_as_their_package(stray) == ["trainer/data/data.py"]

@@ -49,7 +49,7 @@ def test_an_interleaved_run_is_compared_over_the_steps_that_ran_beside_the_basel
 def interleave(baseline: list, main: list, block: int, slowed_from: int, factor: float):
     """Both passes' steps as run in ``train.interleaved_order``, every step from run
     position ``slowed_from`` on ``factor`` times slower (a hog started mid-run)."""
-    from trainer.timing import interleaved_order
+    from trainer.engine.timing import interleaved_order
 
     queues, out = [list(baseline), list(main)], [[], []]
     for position, which in enumerate(interleaved_order([len(baseline), len(main)], block)):
@@ -95,7 +95,7 @@ def test_the_step_after_a_switch_between_the_passes_does_not_bias_the_comparison
     # switch alternates from pair to pair, so blocks of 3 or more leave each
     # block's first step out. In blocks of 2 every stretch of either pass (two
     # blocks) opens with a switch: the same share of both, and every step kept.
-    from trainer.timing import interleaved_order
+    from trainer.engine.timing import interleaved_order
 
     def run(switch_cost: float) -> stepmodel.Comparison:
         baseline = make_pass(cards=2, steps=40, raw=False)
@@ -174,7 +174,7 @@ def hogged(baseline: list, main: list, *, seed: int, slowed_from: int, block: in
     so each phase's median over a pass lands on its own side of the change."""
     import random
 
-    from trainer.timing import interleaved_order
+    from trainer.engine.timing import interleaved_order
 
     rng = random.Random(seed)
     queues, out = [list(baseline), list(main)], [[], []]
@@ -246,7 +246,7 @@ def dealt(rng, block: int, *, ratio: float, slow_at, steps: int = 40,
     """A baseline and a config ``ratio`` times its step, dealt out in ``interleaved_order``:
     every step wanders by ``noise`` (Gaussian) and takes ``slow_at(position)`` times as
     long at its run position (the host's share of the noise)."""
-    from trainer.timing import interleaved_order
+    from trainer.engine.timing import interleaved_order
 
     out: list[list[dict]] = [[], []]
     for position, which in enumerate(interleaved_order([steps, steps], block)):

@@ -31,9 +31,9 @@ def nsmc_path() -> Path:
 @pytest.fixture
 def synthetic_steps():
     """Ten steps of two fixed synthetic micro-batches each (vocab 128, seq 32)."""
-    from trainer import data
+    from trainer.data import batches
 
-    stream = iter(data.make_batches(data.open_source("synthetic"), None, 32, 1, 0, 128))
+    stream = iter(batches.make_batches(batches.open_source("synthetic"), None, 32, 1, 0, 128))
     return [[next(stream) for _ in range(2)] for _ in range(10)]
 
 

@@ -1,4 +1,5 @@
-"""The furiosa backend's modules and loss (trainer/furiosa_modules.py) compute the stock step.
+"""The furiosa backend's modules and loss (trainer/backends/furiosa_modules.py) compute the
+stock step.
 
 A card runs the embedding as index_select, linears as mm, softmax without dtype and the loss
 without nll_loss: the same arithmetic from ops furiosa-torch 2026.4 compiles and
@@ -20,14 +21,16 @@ import torch
 from tolerances import gamma, tiny_path
 from torch import nn
 
-from trainer import backends, data, furiosa_modules, models
-from trainer.engine import LayerEngine
+from trainer import models
+from trainer.backends import furiosa_modules, kinds
+from trainer.data import batches
+from trainer.engine.layer_engine import LayerEngine
 
 SEQ, VOCAB = 32, 128
 
 
 def batch(seed: int = 0):
-    ids, labels = data.synthetic(SEQ, VOCAB, seed, count=2)
+    ids, labels = batches.synthetic(SEQ, VOCAB, seed, count=2)
     labels = labels.clone()
     labels[0, :5] = -100  # unlabelled tokens (a prompt): ignored by both losses
     return ids, labels
@@ -202,7 +205,7 @@ def test_the_cards_embedding_is_index_select_with_nn_embeddings_rows_and_gradien
             assert not grad[padding_idx].any()  # nn.Embedding's padding row learns nothing
 
 
-class FuriosaModulesOnCpu(backends.FuriosaBackend):
+class FuriosaModulesOnCpu(kinds.FuriosaBackend):
     """The furiosa backend's pieces and loss, run by the host: no card to wait for."""
 
     def synchronize(self) -> None:
@@ -211,9 +214,9 @@ class FuriosaModulesOnCpu(backends.FuriosaBackend):
 
 def test_only_the_furiosa_backend_swaps_and_its_step_matches_the_cpu_step():
     ids, labels = batch(2)
-    mb = data.MicroBatch(ids, torch.ones_like(ids), labels)
+    mb = batches.MicroBatch(ids, torch.ones_like(ids), labels)
     results = {}
-    for name, backend in (("cpu", backends.parse("cpu")[0]),
+    for name, backend in (("cpu", kinds.parse("cpu")[0]),
                           ("card", FuriosaModulesOnCpu("furiosa:0", torch.device("cpu"),
                                                        fused_adamw=False))):
         model = models.build(models.resolve("tiny-llama"), VOCAB, seed=0)

@@ -1,6 +1,6 @@
 """The op report's time limit: each compile runs in a child that cannot stall the report.
 
-No furiosa-torch needed: the jobs here stand in for a compile (trainer/limits.py runs any
+No furiosa-torch needed: the jobs here stand in for a compile (trainer/backends/limits.py runs any
 job); tests/furiosa compiles real ops through it.
 """
 
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from trainer import ops
-from trainer.limits import in_child
+from trainer.backends import op_report
+from trainer.backends.limits import in_child
 
 
 def test_a_compile_past_its_limit_is_reported_timed_out_and_its_process_is_gone(tmp_path):
@@ -45,10 +45,11 @@ def test_a_compile_that_raises_or_dies_is_an_error_in_one_line_not_a_crash_of_th
 
 
 def test_a_timed_out_op_fails_the_report_and_says_so():
-    graph = ops.Graph("g", [ops.OpRow("aten::mm", "forward", 7, "OK", grad="furiosa",
-                                      grad_status="TIMEOUT", grad_why="timed out after 5 s")])
+    graph = op_report.Graph("g", [op_report.OpRow("aten::mm", "forward", 7, "OK",
+                                                  grad="furiosa", grad_status="TIMEOUT",
+                                                  grad_why="timed out after 5 s")])
     assert graph.failing() == graph.rows
-    text = ops.render("tiny-llama", [graph], "2026.4.0", True, limit_s=5)
+    text = op_report.render("tiny-llama", [graph], "2026.4.0", True, limit_s=5)
     assert "compile-probed, 5 s a compile at most" in text
     assert "| `aten::mm` | forward | 7 | OK | furiosa: TIMEOUT: timed out after 5 s |" in text
     assert "aten::mm (forward, its gradient, g: TIMEOUT)" in text

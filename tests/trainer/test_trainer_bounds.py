@@ -21,8 +21,9 @@ import torch
 
 from tests.conftest import bound_by_mode_bits, needs_mode_bits
 from tests.model_configs import LLAMA_405B, TINY, model_folder
-from trainer import data, models, records
+from trainer import models, records
 from trainer.config import TrainConfig
+from trainer.data import batches
 from trainer.errors import Preempted, UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,9 +169,9 @@ def test_non_utf8_data_is_one_line_naming_the_file_and_its_line(tmp_path):
     bad_tsv = tmp_path / "nsmc.txt"
     bad_tsv.write_bytes(b"id\tdocument\tlabel\n1\t\xc3\x28\t1\n")
     with pytest.raises(UsageError, match=r"d\.jsonl:2: not UTF-8"):
-        data.open_source(str(bad_jsonl))
+        batches.open_source(str(bad_jsonl))
     with pytest.raises(UsageError, match=r"nsmc\.txt:2: not UTF-8"):
-        data.open_source(f"nsmc:{bad_tsv}")
+        batches.open_source(f"nsmc:{bad_tsv}")
     assert_one_line_exit_2(trainer(tmp_path, "--data", str(bad_jsonl)), "d.jsonl:2")
 
 
@@ -178,7 +179,7 @@ def test_a_line_past_the_cap_is_refused_before_it_reaches_the_tokenizer(tmp_path
     path = tmp_path / "one-line.jsonl"
     path.write_text(json.dumps({"text": "x" * (1 << 20)}) + "\n")  # past the 1 MiB a line
     with pytest.raises(UsageError, match=r"one-line\.jsonl:1: a line longer than"):
-        data.open_source(str(path))
+        batches.open_source(str(path))
 
 
 def test_a_data_file_past_max_data_bytes_is_one_line_saying_how_to_read_it(tmp_path):
@@ -288,7 +289,7 @@ def test_a_stop_in_an_evaluation_after_a_step_checkpoints_that_step_and_says_whe
     with pytest.raises(Preempted) as stopped:
         recipe.run()
     assert ("during the held-out evaluation after main step 2 (micro-batch 3 of "
-            f"{data.SYNTHETIC_EVAL})") in str(stopped.value)
+            f"{batches.SYNTHETIC_EVAL})") in str(stopped.value)
     assert Path(stopped.value.checkpoint).name == "step-2"
 
 
@@ -336,7 +337,7 @@ def test_a_named_model_is_priced_at_its_largest_vocabulary():
     from trainer import modelconfig
 
     assert modelconfig.named("tiny-llama").vocab == modelconfig.MAX_TRAINED_VOCAB
-    assert data.tokenizer_vocab(["x" * 10 ** 7]) == modelconfig.MAX_TRAINED_VOCAB
+    assert batches.tokenizer_vocab(["x" * 10 ** 7]) == modelconfig.MAX_TRAINED_VOCAB
 
 
 def test_packed_rows_give_the_micro_batches_a_padded_encoding_gives():
@@ -346,8 +347,8 @@ def test_packed_rows_give_the_micro_batches_a_padded_encoding_gives():
         def __call__(self, texts, add_special_tokens):
             return {"input_ids": [[3 + ord(c) % 50 for c in t] for t in texts]}
 
-    examples = [data.Example("prompt " * n, "answer" * (n % 3)) for n in range(1, 30)]
-    packed = data.pack(examples, Tok(), 24)
+    examples = [batches.Example("prompt " * n, "answer" * (n % 3)) for n in range(1, 30)]
+    packed = batches.pack(examples, Tok(), 24)
     ids, labels = packed.dense(torch.arange(len(packed)))
     for i, e in enumerate(examples):  # one row each: [bos] prompt answer eos, cut to fit
         a = Tok()([e.answer], False)["input_ids"][0] + [2]

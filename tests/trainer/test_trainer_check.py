@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer.check import check, run_check
+from trainer.backends.check import check, run_check
 
 
 def test_check_passes_cpu_against_cpu(capsys):

@@ -21,8 +21,9 @@ import pytest
 import xxhash
 from test_trainer_checkpoints import events, steps, train
 
-from trainer import checkpoint, models, records, weights
-from trainer.checkpoint import MANIFEST, CheckpointError
+from trainer import models, records
+from trainer.output import checkpoint, weights
+from trainer.output.checkpoint import MANIFEST, CheckpointError
 from trainer.ownership import NotOurs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -289,8 +290,8 @@ def test_a_file_swapped_after_it_was_verified_is_never_opened(tmp_path):
     ("tiny-llama", 4, "cpu,cpu", 1), ("tiny-qwen2", 4, "cpu", 0),
 ])
 def test_the_skeletons_layout_is_the_engines(name, lora, backends, resident):
-    from trainer import backends as backend_specs
-    from trainer.engine import LayerEngine, state_layout_of
+    from trainer.backends import kinds as backend_specs
+    from trainer.engine.layer_engine import LayerEngine, state_layout_of
 
     spec = models.resolve(name)
     model = models.build(spec, 128, seed=0)

@@ -15,12 +15,13 @@ from test_trainer_checkpoint_crafted import agree
 from test_trainer_checkpoints import events, steps, train
 
 from tests.conftest import NOBODY, as_nobody, needs_nobody
-from trainer import checkpoint, records, weights
-from trainer.checkpoint import MANIFEST, CheckpointError, ForeignCheckpoint
+from trainer import records
 from trainer.config import TrainConfig
 from trainer.errors import UsageError
+from trainer.output import checkpoint, weights
+from trainer.output.checkpoint import MANIFEST, CheckpointError, ForeignCheckpoint
+from trainer.output.weights import Entry
 from trainer.ownership import Owner
-from trainer.weights import Entry
 
 
 def test_the_manifest_names_the_run_and_the_home_and_only_its_owner_may_read_it(tmp_path):

@@ -7,12 +7,13 @@ import json
 
 import pytest
 
-from trainer import checkpoint, records
-from trainer.checkpoint import CheckpointError
+from trainer import records
 from trainer.config import TrainConfig
+from trainer.output import checkpoint
+from trainer.output.checkpoint import CheckpointError
+from trainer.output.weights import INJECT_ENOSPC_ENV
 from trainer.records import Event, RecordWriter, Step
 from trainer.train import Recipe
-from trainer.weights import INJECT_ENOSPC_ENV
 
 SMALL = {"model": "tiny-llama", "backend": "cpu", "steps": 6, "seq_len": 16, "accum": 1,
          "lr": 1e-3, "threads": 1}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_trainer_numerics import PATH, assert_same, engine_losses_on, plain_losses
 
-from trainer.compile import run_compile
+from trainer.backends.compile import run_compile
 from trainer.records import End, Event, RecordWriter, parse_line
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainer import backends, models
-from trainer.engine import LayerEngine
+from trainer import models
+from trainer.backends import kinds
+from trainer.engine.layer_engine import LayerEngine
 
 LR, WD, CLIP = 1e-3, 0.01, 1.0
 
@@ -56,7 +57,7 @@ class _ComputeOps(LayerEngine):
 
 def _engine(cls, resident: int, cards: int) -> LayerEngine:
     model = models.build(models.resolve("tiny-llama"), 128, 0)
-    return cls(model, backends.parse(",".join(["cpu"] * cards)), resident, LR, WD, CLIP)
+    return cls(model, kinds.parse(",".join(["cpu"] * cards)), resident, LR, WD, CLIP)
 
 
 @pytest.mark.parametrize("cards,residents", [(1, (0, 1, 2, 4)), (2, (0, 1, 2))])

@@ -6,9 +6,11 @@ import pytest
 import torch
 from test_trainer_numerics import CLIP, LR, PATH, WD, assert_same, plain_losses
 
-from trainer import backends, models, optim
-from trainer.check import check
-from trainer.engine import LayerEngine
+from trainer import models
+from trainer.backends import kinds
+from trainer.backends.check import check
+from trainer.engine import optim
+from trainer.engine.layer_engine import LayerEngine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 
@@ -24,7 +26,7 @@ def test_cuda_losses_match_the_cpu_plain_loop(synthetic_steps, resident):
     torch.backends.cuda.matmul.allow_tf32 = False
     ref, _ = plain_losses(synthetic_steps)
     model = models.build(models.resolve("tiny-llama"), 128, seed=0)
-    engine = LayerEngine(model, backends.parse("cuda"), resident, LR, WD, CLIP)
+    engine = LayerEngine(model, kinds.parse("cuda"), resident, LR, WD, CLIP)
     sched = optim.Schedule(LR, len(synthetic_steps), 2)
     got = [engine.step(b, sched.at(i + 1)).loss for i, b in enumerate(synthetic_steps)]
     # cuBLAS sums in its own orders: every sum on the forward's path may differ too.

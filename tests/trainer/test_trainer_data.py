@@ -6,27 +6,27 @@ import json
 
 import pytest
 
-from trainer import data, tokenizer
+from trainer.data import batches, tokenizer
 from trainer.errors import UsageError
 
 
 @pytest.fixture
 def tok(tmp_path):
-    texts = [e.prompt + e.answer for e in data.read_nsmc_lines(
+    texts = [e.prompt + e.answer for e in batches.read_nsmc_lines(
         ["1\t영화 정말 재미있어요\t1", "2\t최악의 영화\t0"] * 20)]
     return tokenizer.trained(texts, 300, tmp_path)
 
 
 def test_nsmc_rows_become_korean_prompt_and_answer(nsmc_path):
-    examples = data.read_nsmc(nsmc_path)
+    examples = batches.read_nsmc(nsmc_path)
     assert len(examples) > 4900
     assert all(e.answer in (" 긍정", " 부정") for e in examples)
     assert "리뷰:" in examples[0].prompt
 
 
 def test_loss_is_taken_on_the_answer_tokens_only(tok):
-    ex = [data.Example("다음 영화 리뷰의 감정은?\n리뷰: 좋아요\n감정:", " 긍정")]
-    ids, labels = data.encode(ex, tok, 48)
+    ex = [batches.Example("다음 영화 리뷰의 감정은?\n리뷰: 좋아요\n감정:", " 긍정")]
+    ids, labels = batches.encode(ex, tok, 48)
     answer = tok(" 긍정", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     taken = labels[0][labels[0] != -100].tolist()
     assert taken == answer
@@ -36,8 +36,8 @@ def test_loss_is_taken_on_the_answer_tokens_only(tok):
 
 
 def test_a_long_prompt_is_cut_from_the_left_and_the_answer_kept(tok):
-    ex = [data.Example("영화 " * 200, " 부정")]
-    ids, labels = data.encode(ex, tok, 16)
+    ex = [batches.Example("영화 " * 200, " 부정")]
+    ids, labels = batches.encode(ex, tok, 16)
     assert ids.shape == (1, 16)
     assert (labels[0] != -100).sum() == len(tok(" 부정", add_special_tokens=False)["input_ids"]) + 1
 
@@ -46,22 +46,22 @@ def test_jsonl_with_prompt_response_and_with_text(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"prompt": "질문", "response": "답"}) + "\n\n"
                     + json.dumps({"text": "그냥 글"}, ensure_ascii=False) + "\n", encoding="utf-8")
-    src = data.open_source(str(path))
+    src = batches.open_source(str(path))
     assert src.kind == "jsonl"
-    assert src.examples == [data.Example("질문", "답"), data.Example("", "그냥 글")]
-    assert data.open_source(f"jsonl:{path}").examples == src.examples
+    assert src.examples == [batches.Example("질문", "답"), batches.Example("", "그냥 글")]
+    assert batches.open_source(f"jsonl:{path}").examples == src.examples
 
 
 def test_jsonl_without_the_fields_names_the_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"prompt": "x"}\n')
     with pytest.raises(UsageError, match="bad.jsonl:1"):
-        data.open_source(str(path))
+        batches.open_source(str(path))
 
 
 def test_unknown_data_is_refused():
     with pytest.raises(UsageError, match="unknown data"):
-        data.open_source("csv:foo")
+        batches.open_source("csv:foo")
 
 
 def test_the_trained_tokenizer_is_cached_and_reloaded_offline(tmp_path):
@@ -75,10 +75,10 @@ def test_the_trained_tokenizer_is_cached_and_reloaded_offline(tmp_path):
 
 
 def test_data_order_follows_the_seed():
-    src = data.open_source("synthetic")
-    a = iter(data.make_batches(src, None, 16, 2, 0, 128))
-    b = iter(data.make_batches(src, None, 16, 2, 0, 128))
-    c = iter(data.make_batches(src, None, 16, 2, 1, 128))
+    src = batches.open_source("synthetic")
+    a = iter(batches.make_batches(src, None, 16, 2, 0, 128))
+    b = iter(batches.make_batches(src, None, 16, 2, 0, 128))
+    c = iter(batches.make_batches(src, None, 16, 2, 1, 128))
     first_a, first_b, first_c = next(a), next(b), next(c)
     assert (first_a.input_ids == first_b.input_ids).all()
     assert not (first_a.input_ids == first_c.input_ids).all()

@@ -9,8 +9,9 @@ import pytest
 import torch
 from tolerances import gamma, tiny_path
 
-from trainer import data, records
+from trainer import records
 from trainer.config import TrainConfig
+from trainer.data import batches
 from trainer.errors import UsageError
 from trainer.records import End, Eval, RecordWriter, Step
 from trainer.train import Recipe
@@ -34,7 +35,7 @@ def of(recs, kind):
 def test_the_held_out_loss_comes_before_the_first_step_every_n_and_after_the_last():
     _, recs = run(eval_data="synthetic", eval_every=4)
     assert [e.step for e in of(recs, Eval)] == [0, 4, 6]
-    assert all(e.examples == data.SYNTHETIC_EVAL and e.tokens > 0 for e in of(recs, Eval))
+    assert all(e.examples == batches.SYNTHETIC_EVAL and e.tokens > 0 for e in of(recs, Eval))
     assert of(recs, Eval)[-1].loss < of(recs, Eval)[0].loss  # it learns the chain
 
 
@@ -61,8 +62,8 @@ def test_the_held_out_loss_is_the_models_mean_loss_over_every_held_out_token():
 
 def test_a_split_holds_out_whole_examples_disjoint_from_training():
     ids = torch.arange(100).repeat_interleave(4).reshape(100, 4)
-    train, held = data.hold_out(data.Encoded.full_rows(ids, pad_id=-1), 0.2, seed=0,
-                                micro_batch=1)
+    train, held = batches.hold_out(batches.Encoded.full_rows(ids, pad_id=-1), 0.2, seed=0,
+                                   micro_batch=1)
     train_ids, held_ids = (e.dense(torch.arange(len(e)))[0] for e in (train, held))
     train_rows, held_rows = set(train_ids[:, 0].tolist()), set(held_ids[:, 0].tolist())
     assert len(held_rows) == 20 and not train_rows & held_rows

@@ -1,5 +1,5 @@
 """``--log FILE``: the records there alone, each step once (also after a resume), and a
-person's view of the run on stderr (trainer/steplog.py, trainer/console.py)."""
+person's view of the run on stderr (trainer/output/steplog.py, trainer/output/console.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from trainer import records
-from trainer.console import Console
+from trainer.output.console import Console
+from trainer.output.steplog import StepLog
 from trainer.records import MAIN, RESUME, End, Event, Start, Step
-from trainer.steplog import StepLog
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -23,12 +23,12 @@ def test_lora_trains_only_the_adapters(synthetic_steps):
 
 
 def test_lora_adapters_alone_fit_a_batch(synthetic_steps):
-    from trainer import backends
-    from trainer.engine import LayerEngine
+    from trainer.backends import kinds
+    from trainer.engine.layer_engine import LayerEngine
 
     model = models.build(models.resolve("tiny-llama"), 128, seed=0)
     models.add_lora(model, 8)
-    engine = LayerEngine(model, backends.parse("cpu,cpu"), 1, 2e-2, 0.0, 1.0)
+    engine = LayerEngine(model, kinds.parse("cpu,cpu"), 1, 2e-2, 0.0, 1.0)
     batch = synthetic_steps[0]
     losses = [engine.step(batch, 2e-2).loss for _ in range(20)]
     assert losses[-1] < losses[0] - 0.3, losses

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from trainer import backends, models
+from trainer import models
+from trainer.backends import kinds
 from trainer.errors import UsageError
 
 
@@ -28,8 +29,8 @@ def test_unknown_model_is_bad_input():
 
 
 def test_a_model_folder_trains_with_its_own_tokenizer(tmp_path, restore_signals):
-    from trainer import tokenizer
     from trainer.config import TrainConfig
+    from trainer.data import tokenizer
     from trainer.records import RecordWriter, Start, Step, parse_line
     from trainer.train import Recipe
 
@@ -74,15 +75,15 @@ def test_a_card_is_held_by_the_process_with_its_device_files_open_and_npu1_is_no
     proc = tmp_path / "proc"
     _fake_holder(proc, 4242, "/dev/rngd/npu0pe0-3", "/dev/null")
     _fake_holder(proc, 4343, "/dev/rngd/npu10mgmt")
-    held = backends.rngd_holders(0, str(proc))
+    held = kinds.rngd_holders(0, str(proc))
     assert [(h.pid, h.cmdline) for h in held] == [(4242, "python bench.py")]
-    assert backends.rngd_holders(1, str(proc)) == []
-    assert [h.pid for h in backends.rngd_holders(10, str(proc))] == [4343]
+    assert kinds.rngd_holders(1, str(proc)) == []
+    assert [h.pid for h in kinds.rngd_holders(10, str(proc))] == [4343]
     dev = tmp_path / "dev"
     dev.mkdir()
     for n in ("npu0mgmt", "npu0pe0", "npu1mgmt", "npu1pe0"):
         (dev / n).touch()
-    assert backends.present_rngd_cards(str(dev)) == [0, 1]
+    assert kinds.present_rngd_cards(str(dev)) == [0, 1]
 
 
 def test_records_and_the_package_import_no_torch():
@@ -95,11 +96,11 @@ def test_records_and_the_package_import_no_torch():
 def test_a_real_host_allocation_failure_becomes_out_of_memory_with_its_place():
     import torch
 
-    from trainer.engine import LayerEngine
+    from trainer.engine.layer_engine import LayerEngine
     from trainer.errors import DeviceOutOfMemory
 
     model = models.build(models.resolve("tiny-llama"), 128, seed=0)
-    engine = LayerEngine(model, backends.parse("cpu"), 0, 1e-3, 0.0, 1.0)
+    engine = LayerEngine(model, kinds.parse("cpu"), 0, 1e-3, 0.0, 1.0)
     engine.where = "host optimizer"
     with (pytest.raises(DeviceOutOfMemory, match="in host optimizer: .*can't allocate memory"),
           engine._guard("host_optim", ())):

@@ -13,9 +13,11 @@ import pytest
 import torch
 from tolerances import loss_tolerances, tiny_path, weight_tolerance
 
-from trainer import backends, models, optim
-from trainer.engine import LayerEngine, Placement
-from trainer.plain import PlainLoop
+from trainer import models
+from trainer.backends import kinds
+from trainer.engine import optim
+from trainer.engine.layer_engine import LayerEngine, Placement
+from trainer.engine.plain import PlainLoop
 
 LR, WD, CLIP = 3e-3, 0.01, 1.0
 TOKENS, SEQ = 2 * 32, 32  # synthetic_steps: two micro-batches of 32 tokens a step
@@ -27,7 +29,7 @@ def engine_losses(steps, model_name="tiny-llama", resident=0, cards=1, checkpoin
     model = models.build(models.resolve(model_name), 128, seed=0)
     if lora:
         models.add_lora(model, lora)
-    engine = LayerEngine(model, backends.parse(",".join(["cpu"] * cards)), resident, LR, WD,
+    engine = LayerEngine(model, kinds.parse(",".join(["cpu"] * cards)), resident, LR, WD,
                          clip, checkpoint=checkpoint)
     sched = optim.Schedule(LR, len(steps), 2)
     losses = [engine.step(b, sched.at(i + 1)).loss for i, b in enumerate(steps)]
@@ -36,7 +38,7 @@ def engine_losses(steps, model_name="tiny-llama", resident=0, cards=1, checkpoin
 
 def engine_losses_on(backend: str, steps, resident=0, model_name="tiny-llama"):
     model = models.build(models.resolve(model_name), 128, seed=0)
-    engine = LayerEngine(model, backends.parse(backend), resident, LR, WD, CLIP)
+    engine = LayerEngine(model, kinds.parse(backend), resident, LR, WD, CLIP)
     sched = optim.Schedule(LR, len(steps), 2)
     return [engine.step(b, sched.at(i + 1)).loss for i, b in enumerate(steps)]
 
@@ -110,7 +112,7 @@ def test_the_weight_tolerance_is_tight_enough_to_see_a_missing_weight_decay(synt
     # forgets the decay is off by about sum(lr) * wd * |w| on every matrix.
     _, ref_model = plain_losses(synthetic_steps)
     model = models.build(models.resolve("tiny-llama"), 128, seed=0)
-    engine = LayerEngine(model, backends.parse("cpu,cpu"), 1, LR, 0.0, CLIP)
+    engine = LayerEngine(model, kinds.parse("cpu,cpu"), 1, LR, 0.0, CLIP)
     for lr, batches in zip(learning_rates(len(synthetic_steps)), synthetic_steps):
         engine.step(batches, lr)
     with pytest.raises(AssertionError):

@@ -10,8 +10,9 @@ import pytest
 import torch
 from tolerances import gamma, tiny_path
 
-from trainer import records, save, weights
+from trainer import records
 from trainer.config import TrainConfig
+from trainer.output import save, weights
 from trainer.records import Event, RecordWriter
 from trainer.train import Recipe
 

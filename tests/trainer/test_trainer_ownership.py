@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import as_nobody, needs_nobody
-from trainer import ownership, records, save
+from trainer import ownership, records
 from trainer.config import TrainConfig
 from trainer.errors import TrainerError, UsageError
+from trainer.output import save
 from trainer.records import RecordWriter, Step
 from trainer.train import Recipe
 

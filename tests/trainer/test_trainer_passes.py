@@ -14,9 +14,9 @@ import statistics
 import pytest
 
 from trainer.config import TrainConfig
+from trainer.engine.timing import SETTLE_K, interleaved_order, settled_by_rule
 from trainer.errors import UsageError
 from trainer.records import RecordWriter
-from trainer.timing import SETTLE_K, interleaved_order, settled_by_rule
 from trainer.train import Recipe
 
 

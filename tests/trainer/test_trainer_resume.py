@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer import checkpoint, records
+from trainer import records
 from trainer.config import TrainConfig
+from trainer.output import checkpoint
 from trainer.records import End, Event, RecordWriter, Step
 from trainer.train import Recipe
 

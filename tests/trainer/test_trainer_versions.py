@@ -41,7 +41,8 @@ def versions_with_smi(tmp_path, cards: int | None) -> dict:
         (tmp_path / "furiosa_smi").mkdir()
         (tmp_path / "furiosa_smi" / "__init__.py").write_text(f"CARDS = {cards}\n{FAKE_SMI}")
         path.insert(0, str(tmp_path))
-    code = "import json; from trainer.provenance import versions; print(json.dumps(versions()))"
+    code = ("import json; from trainer.output.provenance import versions; "
+            "print(json.dumps(versions()))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
                           timeout=120, check=True)

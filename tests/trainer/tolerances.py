@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 
-from trainer import optim
+from trainer.engine import optim
 
 EPS = 2.0 ** -23
 

@@ -171,7 +171,10 @@ class K8sClient:
                  body: Any = None, text: bool = False, absent_ok: bool = False,
                  content_type: str = "application/json") -> Any:
         """One API request with timeout and retries; JSON (or text) back, None if absent."""
-        headers = {"Accept": "text/plain" if text else "application/json"}
+        # A log is text, but the apiserver negotiates its serializers (JSON, YAML, protobuf)
+        # for every request and answers 406 to an Accept that names none of them (a bare
+        # text/plain): */*, as kubectl and the official client send.
+        headers = {"Accept": "*/*" if text else "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
         last = ""

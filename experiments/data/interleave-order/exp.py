@@ -47,7 +47,7 @@ def child(variant, model, cards, resident, out):
         import types
         shim = types.SimpleNamespace(**{k: getattr(_t, k) for k in dir(_t) if not k.startswith("__")})
         shim.perf_counter = _t.thread_time
-        import trainer.engine as E
+        import trainer.engine.layer_engine as E
         E.time = shim
         T.time = shim
     buf = io.StringIO()

@@ -17,15 +17,17 @@ import time
 
 import torch
 
-from trainer import backends, data, models
-from trainer.engine import LayerEngine
+from trainer import models
+from trainer.backends import kinds
+from trainer.data import batches
+from trainer.engine.layer_engine import LayerEngine
 from trainer.errors import UsageError
 from trainer.records import EXIT_OK, End, Event, RecordWriter
 
 
 def run_compile(backend_spec: str, model_name: str, seq_len: int, micro_batch: int,
                 writer: RecordWriter) -> int:
-    cards = backends.parse(backend_spec)
+    cards = kinds.parse(backend_spec)
     todo = [b for b in cards if b.needs_compile]
     if not todo:
         writer.write(Event("compile", f"nothing to compile on {backend_spec}: "
@@ -35,14 +37,14 @@ def run_compile(backend_spec: str, model_name: str, seq_len: int, micro_batch: i
     if seq_len < 4:
         raise UsageError("--seq-len must be at least 4")
     spec = models.resolve(model_name)
-    vocab = None if spec.folder else data.SYNTHETIC_VOCAB
+    vocab = None if spec.folder else batches.SYNTHETIC_VOCAB
     # One card per distinct backend is enough: a cache is per graph, not per card.
     backend = todo[0]
     model = models.build(spec, vocab, seed=0)
     engine = LayerEngine(model, [backend], 0, lr=1e-3, weight_decay=0.0, max_grad_norm=0.0)
-    ids, labels = data.synthetic(seq_len, min(model.config.vocab_size, data.SYNTHETIC_VOCAB),
-                                 0, count=micro_batch)
-    mb = data.MicroBatch(ids, torch.ones_like(ids), labels)
+    ids, labels = batches.synthetic(seq_len, min(model.config.vocab_size, batches.SYNTHETIC_VOCAB),
+                                    0, count=micro_batch)
+    mb = batches.MicroBatch(ids, torch.ones_like(ids), labels)
     # The first step compiles every graph, in the order the step meets them;
     # the per-graph times come from timing each piece's first call.
     timings: dict[str, float] = {}

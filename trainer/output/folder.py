@@ -1,7 +1,7 @@
 """The run's output folder, as the recipe uses it: resume, checkpoints, the saved model.
 
 ``OutputFolder`` is what trainer/train.py calls between steps; the formats are
-trainer/checkpoint.py's and trainer/save.py's. It also keeps the time spent
+trainer/output/checkpoint.py's and trainer/output/save.py's. It also keeps the time spent
 outside every step (``phases``: evaluating, checkpointing, saving, resuming),
 which the ``end`` record carries, never a step.
 
@@ -18,14 +18,15 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from trainer import checkpoint, ownership, records, weights
-from trainer.checkpoint import Checkpoint, CheckpointError, CheckpointWriteError
+from trainer import ownership, records
 from trainer.config import RESUME_KEYS
-from trainer.console import log
+from trainer.engine.timing import interleaved_order
 from trainer.errors import Preempted, TrainerError, UsageError
+from trainer.output import checkpoint, weights
+from trainer.output.checkpoint import Checkpoint, CheckpointError, CheckpointWriteError
+from trainer.output.console import log
 from trainer.ownership import NotOurs, Owner
 from trainer.records import END_PHASES, MAIN, Event
-from trainer.timing import interleaved_order
 
 
 def fingerprint(cfg) -> dict:
@@ -327,8 +328,8 @@ class OutputFolder:
         """The main pass's model to ``--out`` (nothing without it)."""
         if self.out is None:
             return
-        from trainer import save
-        from trainer.provenance import versions
+        from trainer.output import save
+        from trainer.output.provenance import versions
 
         if main.engine is None:  # resumed from a checkpoint of its last step
             ckpt = self._resumed or _checkpoint_of(self.newest)

@@ -6,11 +6,11 @@
   copies between the host's master buffers and the card's compute buffers.
 - ``cuda`` or ``cuda:N``: an NVIDIA GPU.
 - ``furiosa:N`` or ``furiosa:auto``: Furiosa RNGD card N (``/dev/rngd/npuN``) through
-  furiosa-torch (trainer/furiosa.py): its 8 PEs fused into one device, the device type the
+  furiosa-torch (furiosa_torch.py): its 8 PEs fused into one device, the device type the
   package registers (``furiosa`` or ``rngd``). ``auto`` picks a card no other process holds
   open. The step runs eagerly, op by op (the package's compiled graphs have no autograd),
   from the ops 2026.4 compiles and differentiates (``Backend.card_module`` and
-  ``Backend.loss_function``: trainer/furiosa_modules.py).
+  ``Backend.loss_function``: trainer/backends/furiosa_modules.py).
 - ``cpu-compiled``: a CPU card that runs every graph through ``torch.compile`` (the
   ``aot_eager`` backend: forward and backward graphs captured, static shapes, no code
   generation). It exercises ``trainer compile`` and graph reuse across layers on the host.
@@ -128,20 +128,20 @@ class FuriosaBackend(Backend):
     """
 
     def synchronize(self) -> None:
-        from trainer import furiosa_torch
+        from trainer.backends import furiosa_torch
 
         furiosa_torch.synchronize(self.device)
 
     def card_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """The embedding as ``index_select``, linears as ``mm``, softmax without ``dtype``:
-        what 2026.4 compiles and differentiates (trainer/furiosa_modules.py)."""
-        from trainer import furiosa_modules
+        what 2026.4 compiles and differentiates (trainer/backends/furiosa_modules.py)."""
+        from trainer.backends import furiosa_modules
 
         return furiosa_modules.for_card(module)
 
     def loss_function(self, model: torch.nn.Module):
         """The causal-LM loss without ``nll_loss``, whose backward 2026.4 cannot compile."""
-        from trainer import furiosa_modules
+        from trainer.backends import furiosa_modules
 
         return furiosa_modules.causal_lm_loss
 
@@ -155,8 +155,8 @@ def rngd_holders(card: int, proc: str | None = None) -> list:
     a mount elsewhere names it, as ``rngdctl agent --proc`` does; the device folder is
     ``$RNGDCTL_RNGD_DEV`` (default /dev/rngd).
     """
+    from trainer.backends.furiosa_torch import card_files
     from trainer.devices import device_holders
-    from trainer.furiosa_torch import card_files
 
     proc = proc or os.environ.get("RNGDCTL_PROC") or "/proc"
     prefix = card_files(card)
@@ -167,7 +167,7 @@ def rngd_holders(card: int, proc: str | None = None) -> list:
 
 def present_rngd_cards(dev: str | None = None) -> list[int]:
     """The cards whose management file (``npuNmgmt``) is in the device folder."""
-    from trainer.furiosa_torch import rngd_dev
+    from trainer.backends.furiosa_torch import rngd_dev
 
     try:
         names = os.listdir(dev or rngd_dev())
@@ -183,7 +183,7 @@ def _held_by(card: int, holders: list) -> str:
 
 
 def _furiosa(spec: str, which: str, taken: set[int]) -> Backend:
-    from trainer import furiosa_torch
+    from trainer.backends import furiosa_torch
 
     furiosa_torch.load()
     picked = ""
@@ -206,7 +206,7 @@ def _furiosa(spec: str, which: str, taken: set[int]) -> Backend:
 def _free_card(spec: str, taken: set[int]) -> tuple[int, str]:
     """``furiosa:auto``: the first card whose device files no other process holds (and no
     earlier entry of the same --backend took), and the words that say which and why."""
-    from trainer import furiosa_torch
+    from trainer.backends import furiosa_torch
 
     dev = furiosa_torch.rngd_dev()
     present = [n for n in present_rngd_cards() if n not in taken]

@@ -1,6 +1,6 @@
 """A checkpoint manifest's form: its values of the right types, agreeing with each other.
 
-trainer/checkpoint.py reads a manifest (a private regular file, capped, that
+trainer/output/checkpoint.py reads a manifest (a private regular file, capped, that
 matches its own checksum) and asks here whether what it says can be resumed
 from, before a single weights file is opened. A checksum is no defence
 against a manifest written on purpose, and a crash-free writer can still
@@ -29,7 +29,7 @@ _HEX = re.compile(r"[0-9a-f]{1,64}")
 
 
 class Invalid(ValueError):
-    """A manifest value of the wrong type, or two values that disagree (trainer/checkpoint.py
+    """A manifest value of the wrong type, or two values that disagree (trainer/output/checkpoint.py
     makes it a CheckpointError naming the manifest)."""
 
 

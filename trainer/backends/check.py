@@ -18,8 +18,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from trainer import backends, data, models
-from trainer.engine import LayerEngine
+from trainer import models
+from trainer.backends import kinds
+from trainer.data import batches
+from trainer.engine.layer_engine import LayerEngine
 from trainer.errors import BackendUnavailable, UsageError
 from trainer.records import EXIT_ERROR, EXIT_OK
 
@@ -44,19 +46,19 @@ def compare(name: str, got: torch.Tensor, ref: torch.Tensor, rtol: float) -> Row
 
 def check(backend_spec: str, model_name: str, seq_len: int, resident: int, seed: int,
           rtol: float | None = None) -> tuple[list[Row], float]:
-    cards = backends.parse(backend_spec)
+    cards = kinds.parse(backend_spec)
     if len(cards) != 1:
         raise UsageError("check takes one backend (one card)")
     backend = cards[0]
     if rtol is None:
         rtol = DEFAULT_RTOL.get(backend.kind, 5e-2)
     spec = models.resolve(model_name)
-    vocab = None if spec.folder else data.SYNTHETIC_VOCAB
+    vocab = None if spec.folder else batches.SYNTHETIC_VOCAB
     host = models.build(spec, vocab, seed)
     ref_model = copy.deepcopy(host)
-    ids, labels = data.synthetic(seq_len, min(host.config.vocab_size, data.SYNTHETIC_VOCAB),
-                                 seed, count=1)
-    mb = data.MicroBatch(ids, torch.ones_like(ids), labels)
+    ids, labels = batches.synthetic(seq_len, min(host.config.vocab_size, batches.SYNTHETIC_VOCAB),
+                                    seed, count=1)
+    mb = batches.MicroBatch(ids, torch.ones_like(ids), labels)
 
     # Reference: the whole model at once on the host, fp32.
     out = ref_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, labels=mb.labels,
@@ -110,7 +112,7 @@ def run_check(backend_spec: str, model_name: str, seq_len: int, resident: int, s
     try:
         rows, rtol = check(backend_spec, model_name, seq_len, resident, seed, rtol)
     except BackendUnavailable as exc:
-        from trainer.furiosa_torch import NoCard
+        from trainer.backends.furiosa_torch import NoCard
 
         if not isinstance(exc, NoCard):
             raise
@@ -131,17 +133,18 @@ def run_check(backend_spec: str, model_name: str, seq_len: int, resident: int, s
 
 def run_op_report(model_name: str, seq_len: int, no_card: str | None, as_json: bool,
                   probe: bool, compile_limit: float | None = None, lora: int = 0) -> int:
-    """The op report (trainer/ops.py): exit 0 when every op compiles for a card, else 1."""
-    from trainer import furiosa_torch, ops
+    """The op report (trainer/backends/op_report.py): exit 0 when every op compiles for a
+    card, else 1."""
+    from trainer.backends import furiosa_torch, op_report
 
-    unprobed = ops.why_not_probed() if probe else None
+    unprobed = op_report.why_not_probed() if probe else None
     probe = probe and unprobed is None
-    limit = compile_limit or ops.COMPILE_LIMIT_S
+    limit = compile_limit or op_report.COMPILE_LIMIT_S
     if probe:  # one linear's gradient build ran minutes (experiments/*-furiosa-op-report.md)
         print(f"op report: compiling every op of the step for a card, each given {limit:g} s "
               "at most, which takes minutes to hours (--trace-only: seconds)",
               file=sys.stderr, flush=True)
-    graphs = ops.step_graphs(model_name, seq_len, probe=probe, limit_s=limit, lora=lora)
+    graphs = op_report.step_graphs(model_name, seq_len, probe=probe, limit_s=limit, lora=lora)
     failing = [r for g in graphs for r in g.failing()]
     if as_json:
         print(json.dumps({"model": model_name, "lora": lora,
@@ -154,5 +157,5 @@ def run_op_report(model_name: str, seq_len: int, no_card: str | None, as_json: b
         if no_card:
             print(f"{no_card}: no card to compare, so the op report instead")
         name = f"{model_name} with LoRA adapters of rank {lora}" if lora else model_name
-        print(ops.render(name, graphs, furiosa_torch.version(), probe, unprobed, limit))
+        print(op_report.render(name, graphs, furiosa_torch.version(), probe, unprobed, limit))
     return EXIT_OK if not failing else EXIT_ERROR

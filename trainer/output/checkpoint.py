@@ -6,7 +6,7 @@
   ``baseline`` while it runs): every master and its AdamW state, by names
   that do not depend on the placement (LayerEngine.state_tensors);
 - ``manifest.json``, written last: the run and the home that wrote it (its
-  owner), each of those files' size and xxh3_64 checksum (trainer/weights.py
+  owner), each of those files' size and xxh3_64 checksum (trainer/output/weights.py
   says why not sha256), the passes' positions (steps done, so the data
   stream, the schedule and the interleaving order go on from there), their
   ``start`` configs and losses so far, the config that must match to
@@ -31,7 +31,7 @@ parse, so it needs no temporary name; one left in the temporary folder by a
 crash before the rename is never read either.
 
 A checkpoint is read as a file another user may have planted or a crash
-may have cut (trainer/manifest.py checks the manifest's form): its folder
+may have cut (trainer/output/manifest.py checks the manifest's form): its folder
 and files must be this user's and no one else's to write (0700 and 0600 as
 written), every file is opened only when it is a regular file (never a
 FIFO, a device or a symbolic link), and every error, safetensors' own
@@ -55,11 +55,12 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from trainer import manifest as manifest_form
-from trainer import ownership, weights
+from trainer import ownership
 from trainer.errors import TrainerError, UsageError
+from trainer.output import manifest as manifest_form
+from trainer.output import weights
+from trainer.output.weights import Entry
 from trainer.ownership import NotOurs, OtherUsers, Owner
-from trainer.weights import Entry
 
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"

@@ -1,8 +1,8 @@
 """One job in a forked child with a time limit: for the op report's compiles.
 
 furiosa-torch's compiler can run for many minutes at one shape, hang or panic; the op report
-(trainer/ops.py) runs each compile through ``in_child`` so that none of this stalls or ends
-the report. The child is forked (the traced graph is already in memory: nothing to pickle),
+(trainer/backends/op_report.py) runs each compile through ``in_child`` so that none of this stalls
+or ends the report. The child is forked (the traced graph is already in memory: nothing to pickle),
 sends its verdict down a pipe as JSON, and is killed past the limit.
 """
 
@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-from trainer.furiosa_torch import one_line
+from trainer.backends.furiosa_torch import one_line
 
 
 def in_child(job, limit_s: float) -> tuple[str, str]:

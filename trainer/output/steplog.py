@@ -30,7 +30,7 @@ from trainer.errors import UsageError
 from trainer.records import MAIN, RESUME, Eval, Event, Record, Start, Step
 
 #: Start-config keys that say two start records open the same pass of the same run: what
-#: a checkpoint must match to be resumed (trainer/outdir.py), the folder it lives in and
+#: a checkpoint must match to be resumed (trainer/output/folder.py), the folder it lives in and
 #: the run's id. A resumed pass writes its checkpoint's start config again, so they match.
 SAME_PASS_KEYS = ("run_id", "out")
 
@@ -125,7 +125,7 @@ def _read_passes(path: str, size: int) -> dict[str, _Earlier]:
 
 
 def _same_pass(a: dict, b: dict | None) -> bool:
-    from trainer.outdir import RESUME_KEYS
+    from trainer.output.folder import RESUME_KEYS
 
     if b is None:
         return False

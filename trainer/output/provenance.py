@@ -21,7 +21,7 @@ def versions() -> dict:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             pass
-    from trainer.furiosa_torch import smi_versions
+    from trainer.backends.furiosa_torch import smi_versions
 
     return {**out, **smi_versions()}
 

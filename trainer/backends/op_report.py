@@ -3,7 +3,7 @@
 Hardware-free, and built from the package's own tools as far as they go:
 
 - The step is the one the furiosa backend runs: its modules and loss from
-  trainer/furiosa_modules.py (``index_select`` embedding, ``mm`` linears, softmax without
+  trainer/backends/furiosa_modules.py (``index_select`` embedding, ``mm`` linears, softmax without
   ``dtype``, the loss without ``nll_loss``).
 - Each distinct forward graph of the step is traced on the CPU by furiosa-torch's ``dryrun``
   (make_fx over real values; "a backend-agnostic operator tracing mechanism"); each ATen op
@@ -23,7 +23,7 @@ Hardware-free, and built from the package's own tools as far as they go:
   compiler can take many minutes at one shape, or panic; past the limit the child is killed
   and the op reported "timed out after N s". Each op and shape compiles once per report.
 
-The graphs (trainer/card_step.py): the rotary cos/sin table (no gradient flows into it);
+The graphs (trainer/backends/card_step.py): the rotary cos/sin table (no gradient flows into it);
 the embedding; one decoder layer (every layer runs the same graph); the final norm, the head
 and the loss; one AdamW step over a flat buffer (what a card runs for its resident layers).
 """
@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
-from trainer import card_step
-from trainer.furiosa_torch import one_line
-from trainer.limits import in_child
+from trainer.backends import card_step
+from trainer.backends.furiosa_torch import one_line
+from trainer.backends.limits import in_child
 
 #: Ops that only reshape or view: no kernel, autograd follows the view.
 VIEWS = {"aten::view", "aten::reshape", "aten::t", "aten::transpose.int", "aten::unsqueeze",
@@ -348,7 +348,7 @@ def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True,
     seconds."""
     pieces = card_step.step_pieces(model_name, seq_len, lora)
     if probe:  # compile as the trainer does: for a whole card (8 PEs fused), its settings
-        from trainer.furiosa_torch import configure_compiler, fuse_cards
+        from trainer.backends.furiosa_torch import configure_compiler, fuse_cards
 
         fuse_cards()
         configure_compiler()
@@ -368,7 +368,7 @@ def step_graphs(model_name: str, seq_len: int = 32, probe: bool = True,
 def render(model_name: str, graphs: list[Graph], version: str, probed: bool,
            unprobed_because: str | None = None, limit_s: float = COMPILE_LIMIT_S) -> str:
     """The report as Markdown: one table per graph, then the verdict."""
-    from trainer.furiosa_torch import settings_text
+    from trainer.backends.furiosa_torch import settings_text
 
     how = (f"compile-probed, {limit_s:g} s a compile at most, {settings_text()}" if probed
            else "traced only, not compile-probed" + (

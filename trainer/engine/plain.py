@@ -13,8 +13,9 @@ import time
 import torch
 from torch import nn
 
-from trainer import models, optim
-from trainer.data import MicroBatch
+from trainer import models
+from trainer.data.batches import MicroBatch
+from trainer.engine import optim
 
 
 class PlainLoop:

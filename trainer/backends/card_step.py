@@ -2,10 +2,10 @@
 
 One decoder layer stands for every layer (each runs the same graph); the rotary table, the
 embedding, the norm + head + loss and one AdamW step over a flat buffer are the others. The
-model is built with the furiosa backend's modules and loss (trainer/furiosa_modules.py), and
-each graph lists the trainer's own written-out backwards it runs (``MmLinear``'s, the LoRA
-products', the loss's), which autograd never records: trainer/ops.py traces and compiles
-them as the graph's backward rows.
+model is built with the furiosa backend's modules and loss
+(trainer/backends/furiosa_modules.py), and each graph lists the trainer's own written-out
+backwards it runs (``MmLinear``'s, the LoRA products', the loss's), which autograd never
+records: trainer/backends/op_report.py traces and compiles them as the graph's backward rows.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer import data, furiosa_modules, models
+from trainer import models
+from trainer.backends import furiosa_modules
+from trainer.data import batches
 
 
 def explicit_backwards(module: torch.nn.Module, rows: int) -> tuple:
@@ -72,17 +74,17 @@ class StepPiece:
 def step_pieces(model_name: str, seq_len: int = 32, lora: int = 0) -> list[StepPiece]:
     """The distinct graphs of one training step of ``model_name`` (with LoRA adapters of rank
     ``lora``, if not 0), with the modules and the loss the furiosa backend runs
-    (trainer/furiosa_modules.py)."""
+    (trainer/backends/furiosa_modules.py)."""
     from transformers.masking_utils import create_causal_mask
 
     spec = models.resolve(model_name)
-    model = models.build(spec, None if spec.folder else data.SYNTHETIC_VOCAB, seed=0)
+    model = models.build(spec, None if spec.folder else batches.SYNTHETIC_VOCAB, seed=0)
     if lora:
         models.add_lora(model, lora)
     model = furiosa_modules.for_card(model)
     cfg, inner = model.config, model.model
-    vocab = min(cfg.vocab_size, data.SYNTHETIC_VOCAB)
-    ids, labels = data.synthetic(seq_len, vocab, 0, count=1)
+    vocab = min(cfg.vocab_size, batches.SYNTHETIC_VOCAB)
+    ids, labels = batches.synthetic(seq_len, vocab, 0, count=1)
     pos = torch.arange(seq_len)[None, :]
     h = torch.randn(1, seq_len, cfg.hidden_size)
     rope = inner.rotary_emb(h, position_ids=pos)

@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from trainer import models, optim
-from trainer.backends import Backend
-from trainer.data import MicroBatch
+from trainer import models
+from trainer.backends.kinds import Backend
+from trainer.data.batches import MicroBatch
+from trainer.engine import optim
 from trainer.errors import DeviceOutOfMemory, UsageError
 from trainer.placement import Placement, _block  # noqa: F401 - _block: tests read it here
 from trainer.records import PHASES

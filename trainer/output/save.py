@@ -22,7 +22,7 @@ own ``rngdctl.json`` lists it from an earlier save, and refuses any other
 file in the way (and a ``base`` folder it did not write) in one line.
 
 Weights are written from where the masters live, one tensor at a time
-(trainer/weights.py): an offloaded layer's master is written from host
+(trainer/output/weights.py): an offloaded layer's master is written from host
 memory as it is, a card's tensor in pieces of 16 MB. Each file is written
 under a temporary name and renamed into place; ``rngdctl.json`` names no file
 while they move and names them after all of them, so a folder whose
@@ -31,7 +31,7 @@ while they move and names them after all of them, so a folder whose
 The weights are not fsynced, as transformers' ``save_pretrained`` does not:
 the operating system writes them back within seconds, and forcing it would
 double a small save's time (docs/performance.md). What must survive a crash
-is the checkpoint, which is fsynced (trainer/checkpoint.py); a model torn by
+is the checkpoint, which is fsynced (trainer/output/checkpoint.py); a model torn by
 a crash shows as a sha256 that differs from ``rngdctl.json``'s.
 """
 
@@ -50,10 +50,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainer import ownership, weights
+from trainer import ownership
 from trainer.models import LoRALinear
+from trainer.output import weights
+from trainer.output.weights import Entry
 from trainer.ownership import Owner
-from trainer.weights import Entry
 
 INFO_NAME = ownership.CLAIM_NAME
 #: Where a named model's untrained base goes, inside its adapter's folder.
@@ -194,7 +195,7 @@ def save(out: Path, model: nn.Module, *, info: dict, owner: Owner,
 
 def _write_full(folder: Path, model: nn.Module, entries: list[Entry], tokenizer,
                 max_shard_bytes: int) -> dict[str, str]:
-    # A save is bound by its weights' sha256 (trainer/weights.py): the configs and the
+    # A save is bound by its weights' sha256 (trainer/output/weights.py): the configs and the
     # tokenizer are written beside it, by a thread of their own.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="save-configs") as pool:
         configs = pool.submit(_write_configs, folder, model, tokenizer)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import torch
 
-from trainer import optim
+from trainer.engine import optim
 
 #: Timed pairs (one layer, then two) per place, after one untimed pass over the sets.
 REPS = 25
