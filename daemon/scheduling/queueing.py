@@ -62,7 +62,7 @@ def free_name(store, name: str | None) -> str | None:
 
 
 def queue_run(store, config: dict, *, after=None, priority: int | None = None,
-              notify: str | None = None) -> int:
+              notify: str | None = None, now: float | None = None) -> int:
     """Queue a validated config, waiting for ``after`` (id or name) and at ``priority``.
 
     ``notify``: the run's notifier command (checked here; '' turns the default off).
@@ -76,7 +76,7 @@ def queue_run(store, config: dict, *, after=None, priority: int | None = None,
         parse_command(notify)
     check_run_output(store, config)
     return store.add_run(config, name=config.get("name"), after=resolve_after(store, after),
-                         priority=priority or 0, notify=notify)
+                         priority=priority or 0, notify=notify, now=now)
 
 
 def waiting_for(store, run: dict) -> dict | None:

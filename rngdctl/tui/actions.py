@@ -81,16 +81,18 @@ class WriteActions:
                 return
 
             def add(source: ViewSource) -> str:
-                from daemon.scheduling.queueing import check_name
+                from daemon.scheduling.queueing import queue_run
 
-                check_name(source.store, config.get("name"))  # a name is one run's
-                run_id = source.store.add_run(config, name=config.get("name"),
-                                              now=self.clock())
+                # submit's own path: a name is one run's, an --out another run names is not
+                run_id = queue_run(source.store, config, now=self.clock())
                 return f"queued run #{run_id}"
 
             self.write_store(add)
 
-        self.push_screen(SubmitScreen(), submitted)
+        from daemon.run.host_fit import Host
+
+        # what the home's launcher can run: its memory, the furiosa package (as submit)
+        self.push_screen(SubmitScreen(host=Host.of(self.home.config())), submitted)
 
     def action_export(self) -> None:
         run_id = self.selected_run()

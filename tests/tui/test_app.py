@@ -210,6 +210,26 @@ async def test_the_submit_form_queues_a_valid_run(make_app, settle, store):
         "from-tui", 30, 1)
 
 
+async def test_the_submit_form_refuses_a_model_this_host_cannot_hold(make_app, settle, store,
+                                                                      tmp_path):
+    # The form checks what `rngdctl submit` checks against the home's launcher: here the
+    # host's memory, which no 405B-sized model fits.
+    from tests.model_configs import LLAMA_405B, model_folder
+
+    before = len(store.runs())
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        form = pilot.app.screen
+        form.query_one("#field-cards", Input).value = "1"
+        form.query_one("#field-model", Input).value = str(model_folder(tmp_path, LLAMA_405B))
+        await pilot.click("#submit")
+        await pilot.pause()
+        assert pilot.app.screen is form
+        assert "GB of host memory" in text_of(form, "#submit-error")
+    assert len(store.runs()) == before
+
+
 async def test_read_only_hides_every_action(make_app, settle, store, ids):
     async with make_app(read_only=True).run_test(size=(120, 40)) as pilot:
         await settle(pilot)

@@ -50,6 +50,10 @@ class SubmitScreen(ModalScreen[dict | None]):
 
     BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "dismiss(None)", "Close")]
 
+    def __init__(self, host=None):
+        super().__init__()
+        self.host = host  # daemon.run.host_fit.Host: submit's checks of what it can run
+
     def compose(self) -> ComposeResult:
         from daemon.run.spec import DEFAULTS
 
@@ -88,7 +92,7 @@ class SubmitScreen(ModalScreen[dict | None]):
         try:
             options = parse_options(self.texts(),
                                     self.query_one("#field-baseline", Checkbox).value)
-            config = validate(options)
+            config = validate(options, host=self.host)
         except BadInput as exc:
             error.update(f"✗ {exc}")
             error.add_class("shown")
