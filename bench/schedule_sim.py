@@ -170,7 +170,8 @@ def setup(n_nodes: int, *, pin: bool, leader: bool, autopilot: list) -> Sim:
     launcher.waits = []
     mono = Clock(1000.0)
     elector = LeaderElector(launcher.client, namespace=NS, name="rngdctl-daemon",
-                            identity="sim/1", clock=mono, wall=clock) if leader else None
+                            identity="sim/1", home=store.home_id, clock=mono,
+                            wall=clock) if leader else None
     daemon = TimedDaemon(home, store, config, launcher, probe=lambda: IDLE, clock=clock,
                          leader=elector)
     launcher.daemon = daemon

@@ -29,6 +29,13 @@ def tick_until_launched(daemon, store, run_id: int, now: int) -> int:
     raise AssertionError(f"run {run_id} was not launched: {store.events(run_id=run_id)}")
 
 
+def job_of(store, run_id: int, attempt: int, stage: str = "train") -> str:
+    """The name of the Job of a run's attempt, as the launcher of ``store``'s home names it."""
+    from daemon.launchers.k8s import jobspec
+
+    return jobspec.job_name({"id": run_id, "attempts": attempt}, stage, home=store.home_id)
+
+
 def pulled_before(store, image: str) -> None:
     """The store remembers a pre-pull pod of ours that pulled ``image`` (daemon/launchers/retry.py's
     evidence that a later failed pull of it is worth a retry)."""
@@ -80,7 +87,8 @@ def publish_agents(config, tmp_path, heartbeats, tick: float = 5.0) -> None:
         proc.mkdir(exist_ok=True)
         client, _ = K8sClient.from_config(config.k8s)
         try:
-            Agent(client, namespace=config.k8s.namespace, node=node, tick=tick, proc=str(proc),
+            Agent(client, namespace=config.k8s.agent_namespace, node=node, tick=tick,
+                  proc=str(proc),
                   read_cards=lambda: ([], "furiosa-smi not found: no card readings")
                   ).publish(now=at)
         finally:

@@ -49,7 +49,7 @@ def replica(cluster, home, config, proc, clock):
                                proc=str(proc), clock=clock)
         mono = Clock(1000.0)
         elector = LeaderElector(launcher.client, namespace=NS, name=LEASE,
-                                identity=f"{name}/1", lease_duration=15.0,
+                                identity=f"{name}/1", home=store.home_id, lease_duration=15.0,
                                 renew_deadline=10.0, clock=mono, wall=clock)
         daemon = Daemon(home, store, config, launcher, probe=lambda: IDLE, leader=elector)
         daemon.start()

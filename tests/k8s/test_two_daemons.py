@@ -79,6 +79,7 @@ class Replicas:
 @pytest.fixture
 def two(cluster, home, tmp_path):
     home.config_path.write_text(
+        f"[daemon]\ntick = {TICK}\n"
         f'[k8s]\nnamespace = "{NS}"\nnode = "{NODE}"\nimage = "{IMAGE}"\n'
         f"leader_election = true\nlease_duration = {LEASE_S}\nrenew_deadline = {RENEW_S}\n")
     cluster.kmock.autopilot = _lines

@@ -8,16 +8,16 @@ import yaml
 from conftest import NS, REPO
 
 
-def _deploy_objects() -> set[tuple[str, str]]:
-    return {(doc["kind"], doc["metadata"]["name"])
+def _deploy_objects() -> set[tuple[str, str | None, str]]:
+    return {(doc["kind"], doc["metadata"].get("namespace"), doc["metadata"]["name"])
             for path in sorted((REPO / "deploy").glob("*.yaml"))
             for doc in yaml.safe_load_all(path.read_text()) if doc}
 
 
 def test_kubectl_applies_deploy_server_side_and_every_object_is_there(plane, deployed):
     assert any(line.endswith("serverside-applied") for line in deployed)
-    for kind, name in sorted(_deploy_objects()):
-        scope = [] if kind.startswith("Cluster") else ["-n", NS]
+    for kind, namespace, name in sorted(_deploy_objects(), key=str):
+        scope = ["-n", namespace] if namespace else []
         assert plane.kubectl("get", kind.lower(), name, *scope, "-o", "name").strip()
 
 
