@@ -32,7 +32,7 @@ from daemon.launchers.k8s import jobspec
 NS = "ml"
 AGENTS = "rngdctl-agents"  # [k8s] agent_namespace's default: the agents' ConfigMaps
 NODE = "rngd-node-1"
-RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs", "v1/namespaces",
+RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs", "v1/namespaces", "v1/configmaps",
              "coordination.k8s.io/v1/leases")
 LEASES = "coordination.k8s.io/v1/leases"
 NO_NEWLINE = "\0no-newline"
