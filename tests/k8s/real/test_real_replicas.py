@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-import os
 import signal
-import subprocess
-import sys
 
 import pytest
 from admin import wait_for
-from conftest import NODE, NS, REPO
-from k8s_support import IMAGE, end_line, start_line, step_line
+from conftest import NODE, NS
+from k8s_support import IMAGE, DaemonProcesses, end_line, start_line, step_line
 
 from daemon.scheduling import replicas
 
@@ -31,30 +28,6 @@ PODS = ("rngdctl-0", "rngdctl-1")
 CONTAINER = "trainer"
 
 
-class Replicas:
-    """The two daemon processes; each one's stderr in a file (a pipe could fill up)."""
-
-    def __init__(self, home, kubeconfig, tmp_path):
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.logs = {pod: tmp_path / f"{pod}.log" for pod in PODS}
-        for pod in PODS:
-            env = {**os.environ, "POD_NAME": pod, "KUBECONFIG": str(kubeconfig)}
-            with self.logs[pod].open("w") as log:
-                self.procs[pod] = subprocess.Popen(
-                    [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon",
-                     "--launcher", "k8s", "--exit-when-idle"],
-                    cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
-
-    def log(self, pod: str) -> str:
-        return self.logs[pod].read_text()[-3000:]
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-
-
 @pytest.fixture
 def two(home, as_daemon, admin, tmp_path):
     home.config_path.write_text(
@@ -63,7 +36,7 @@ def two(home, as_daemon, admin, tmp_path):
         f'[k8s]\nnamespace = "{NS}"\nnode = "{NODE}"\nimage = "{IMAGE}"\n'
         f"request_timeout = 10.0\nretry_backoff = 0.2\n"
         f"leader_election = true\nlease_duration = {LEASE_S}\nrenew_deadline = {RENEW_S}\n")
-    pair = Replicas(home, as_daemon, tmp_path)
+    pair = DaemonProcesses(home, PODS, tmp_path, lambda pod: {"KUBECONFIG": str(as_daemon)})
     yield pair
     pair.close()
     admin.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{LEASE}")
