@@ -156,7 +156,7 @@ def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> 
     out.append(Check("node", bool(cards),
                      f"{node_name}: {cards} allocatable {resource}" if cards
                      else readings.no_cards_message(node, k8s.card_resource),
-                     "" if cards else "install the Furiosa device plugin on the node"))
+                     "" if cards else _no_cards_fix(node)))
     listed = readings.image_listed(node, k8s.image)
     out.append(Check("image", listed,
                      f"{k8s.image} is on {node_name}" if listed
@@ -165,6 +165,13 @@ def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> 
                                        "it on the node now"))
     out.append(_output_check(client, k8s))
     return out
+
+
+def _no_cards_fix(node: dict) -> str:
+    if readings.partitions(node):
+        return ("set the Furiosa device plugin to whole cards on this node, or [k8s] "
+                "card_resource to its partition resource")
+    return "install the Furiosa device plugin on the node"
 
 
 def _dra_check(client, node_name: str) -> Check:
