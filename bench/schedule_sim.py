@@ -163,6 +163,7 @@ def setup(n_nodes: int, *, pin: bool, leader: bool, autopilot: list) -> Sim:
     store = home.store()
     config = home.config()
     config.k8s.namespace, config.k8s.image, config.k8s.agents = NS, IMAGE, True
+    config.k8s.agent_namespace = NS  # the emulator holds the agents' ConfigMaps beside the Jobs
     config.k8s.node = names[0] if pin else None
     config.daemon.tick = TICK
     launcher = TimedLauncher(home=home, store=store, config=config, ingest=Ingest(store),
