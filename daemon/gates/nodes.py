@@ -162,7 +162,8 @@ def _agent_gate(state: NodeState, now: float) -> Gate:
     agent = state.agent
     if agent is None:
         return Gate(AGENT, None, f"<= {SILENT_TICKS} ticks", FAIL,
-                    f"no agent on {state.name} has published (deploy/agent-daemonset.yaml)")
+                    f"no agent on {state.name} has published in [k8s] agent_namespace "
+                    "(deploy/agent-daemonset.yaml)")
     late = max(0.0, now - agent.heartbeat)
     if agent.silent(now):
         return Gate(AGENT, round(late, 1), f"<= {SILENT_TICKS} ticks", FAIL,
