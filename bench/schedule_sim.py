@@ -163,6 +163,7 @@ def setup(n_nodes: int, *, pin: bool, leader: bool, autopilot: list) -> Sim:
     store = home.store()
     config = home.config()
     config.k8s.namespace, config.k8s.image, config.k8s.agents = NS, IMAGE, True
+    config.k8s.agent_namespace = NS  # the emulator holds the agents' ConfigMaps beside the Jobs
     config.k8s.node = names[0] if pin else None
     config.daemon.tick = TICK
     launcher = TimedLauncher(home=home, store=store, config=config, ingest=Ingest(store),
@@ -170,7 +171,8 @@ def setup(n_nodes: int, *, pin: bool, leader: bool, autopilot: list) -> Sim:
     launcher.waits = []
     mono = Clock(1000.0)
     elector = LeaderElector(launcher.client, namespace=NS, name="rngdctl-daemon",
-                            identity="sim/1", clock=mono, wall=clock) if leader else None
+                            identity="sim/1", home=store.home_id, clock=mono,
+                            wall=clock) if leader else None
     daemon = TimedDaemon(home, store, config, launcher, probe=lambda: IDLE, clock=clock,
                          leader=elector)
     launcher.daemon = daemon

@@ -94,6 +94,8 @@ class K8sConfig:
     output_volume: str | None = None
     output_path: str = "/rngdctl"
     agents: bool = False  # read every node through its rngdctl agent (docs/design.md)
+    # the agents' own namespace, privileged (hostPID): their ConfigMaps are read there
+    agent_namespace: str = "rngdctl-agents"
     runs_per_node: int = 1  # with agents: our runs at once on one node; nodes run in parallel
     # --- RNGD cards (see docs/design.md) ---
     card_resource: str | None = None  # None: the node's furiosa.ai/rngd, rngd-s or rngd-max
@@ -244,6 +246,36 @@ def _check_ranges(config: Config, where: str) -> None:
     if not k8s.renew_deadline < k8s.lease_duration:
         raise ConfigError(f"{where}: [k8s] renew_deadline ({k8s.renew_deadline}) must be "
                           f"above 0 and below lease_duration ({k8s.lease_duration})")
+    timing = lease_timing_problem(config)
+    if timing:
+        raise ConfigError(f"{where}: {timing}")
+    for name in ("stop_grace_s", "cancel_grace"):
+        value = getattr(config.daemon, name)
+        if value is not None and value > MOST:  # terminationGracePeriodSeconds
+            raise ConfigError(f"{where}: [daemon] {name} must be at most {MOST} (Kubernetes "
+                              f"takes it as whole seconds), got {value!r}")
+
+
+#: Ticks the leader's renew deadline must span: it renews the Lease once a tick, and a
+#: tick's own work (a slow API answer) may take as long again as the wait between two.
+RENEW_TICKS = 2
+
+
+def lease_timing_problem(config: Config) -> str | None:
+    """Why the Lease's timing does not suit the tick, with leader election; else None.
+
+    The leader writes the Lease once a tick; a standby takes it once it has not changed
+    for ``lease_duration``. A tick longer than the renew deadline makes the leader
+    stop acting between two of its own renewals, and one near the lease's duration lets
+    the standby take a live leader's Lease: the replicas flap.
+    """
+    k8s, tick = config.k8s, config.daemon.tick
+    if not k8s.leader_election or k8s.renew_deadline >= RENEW_TICKS * tick:
+        return None
+    return (f"[k8s] renew_deadline ({k8s.renew_deadline:g} s) must be at least "
+            f"{RENEW_TICKS} ticks ([daemon] tick = {tick:g} s) with leader_election: the "
+            f"leader renews the Lease once a tick; raise renew_deadline and lease_duration, "
+            f"or shorten the tick")
 
 
 def _default(section: str, name: str):

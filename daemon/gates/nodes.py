@@ -9,6 +9,7 @@ every namespace and the agents' ConfigMaps; this module turns them into one
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -41,8 +42,24 @@ AGENT_LABELS = {jobspec.MANAGED_BY: jobspec.MANAGER, COMPONENT_LABEL: COMPONENT}
 MAX_ROWS = 100
 
 
+#: An agent's ConfigMap is this and its node's name (ConfigMap and Node names are both DNS
+#: subdomains, of at most 253 characters).
+CONFIGMAP_PREFIX = "rngdctl-agent-"
+MAX_CONFIGMAP_NAME = 253
+
+
 def configmap_name(node: str) -> str:
-    return jobspec.dns_name(f"rngdctl-agent-{node}")
+    """The agent's ConfigMap for ``node``: one name per node name, never two nodes' alike.
+
+    ``rngdctl-agent-<node>`` as it is (a node's name is already a valid ConfigMap name);
+    a node name too long for that (over 239 characters) is hashed instead, after a
+    double dash, which no node name can begin with. The agents' admission policy
+    (deploy/agent-daemonset.yaml) holds each agent to its own node's name.
+    """
+    name = CONFIGMAP_PREFIX + node
+    if len(name) <= MAX_CONFIGMAP_NAME:
+        return name
+    return f"{CONFIGMAP_PREFIX}-{hashlib.sha256(node.encode()).hexdigest()[:32]}"
 
 
 def agent_configmap(node: str, namespace: str, reading: dict, *, heartbeat: float,
@@ -110,8 +127,11 @@ class NodeState:
     agent: AgentReading | None
 
 
-def node_states(nodes: list[dict], pods: list[dict], configmaps: list[dict]) -> list[NodeState]:
-    """One state per node that offers cards, in name order."""
+def node_states(nodes: list[dict], pods: list[dict], configmaps: list[dict],
+                card_resource: str | None = None) -> list[NodeState]:
+    """One state per node that offers cards (of ``card_resource``, ``[k8s] card_resource``,
+    when set), in name order. A node whose cards are partitioned is one too, with no cards
+    free and the reason."""
     by_node: dict[str, list[dict]] = {}
     for pod in pods:
         name = (pod.get("spec") or {}).get("nodeName")
@@ -126,9 +146,10 @@ def node_states(nodes: list[dict], pods: list[dict], configmaps: list[dict]) -> 
     out = []
     for node in nodes:
         name = (node.get("metadata") or {}).get("name")
-        if not name or not cluster.allocatable_cards(node):
+        if not name or not (cluster.allocatable_cards(node, card_resource)
+                            or cluster.partitions(node)):
             continue
-        free, detail = cluster.cards_free(node, by_node.get(name, []))
+        free, detail = cluster.cards_free(node, by_node.get(name, []), card_resource)
         out.append(NodeState(name, node, free, detail, agents.get(name)))
     return sorted(out, key=lambda s: s.name)
 
@@ -141,7 +162,8 @@ def _agent_gate(state: NodeState, now: float) -> Gate:
     agent = state.agent
     if agent is None:
         return Gate(AGENT, None, f"<= {SILENT_TICKS} ticks", FAIL,
-                    f"no agent on {state.name} has published (deploy/agent-daemonset.yaml)")
+                    f"no agent on {state.name} has published in [k8s] agent_namespace "
+                    "(deploy/agent-daemonset.yaml)")
     late = max(0.0, now - agent.heartbeat)
     if agent.silent(now):
         return Gate(AGENT, round(late, 1), f"<= {SILENT_TICKS} ticks", FAIL,
@@ -159,11 +181,11 @@ def _load_gate(state: NodeState, load_max: float) -> Gate:
                 f"{state.name}: load {load1:g} / {agent.load[1]:.2f} / {agent.load[2]:.2f}")
 
 
-def _idle_gate(state: NodeState, own_runs: set[int]) -> Gate:
+def _idle_gate(state: NodeState, own_runs: set[int], home: str | None) -> Gate:
     agent = state.agent
     if agent is None:
         return Gate(DEVICE_IDLE, None, "0 holders", NA, f"no reading from {state.name}")
-    others = [r for r in foreign_holders(agent, own_runs) if r.pid is not None]
+    others = [r for r in foreign_holders(agent, own_runs, home) if r.pid is not None]
     if not others:
         detail = f"{state.name}: no process holds a device file"
     else:
@@ -181,15 +203,17 @@ def agent_cards(agent: AgentReading) -> smi.CardsReading:
 
 
 def node_gates(state: NodeState, *, cards: int, load_max: float, active: list[dict],
-               now: float, per_node: int = 1, max_temp_c: float = 90.0) -> list[Gate]:
+               now: float, home: str | None, per_node: int = 1,
+               max_temp_c: float = 90.0) -> list[Gate]:
     """The gates of one node for a run needing ``cards``: agent, load, holders, card health,
-    cards, and room for one more of our runs there (fewer than ``per_node`` active)."""
+    cards, and room for one more of our runs there (fewer than ``per_node`` active); our
+    runs are ``active``, of the home ``home``."""
     own_runs = {r["id"] for r in active}
     agent = state.agent
     return [
         _agent_gate(state, now),
         _load_gate(state, load_max),
-        _idle_gate(state, own_runs),
+        _idle_gate(state, own_runs, home),
         card_health(agent_cards(agent) if agent else None, max_temp_c,
                     agent.holders if agent else (), state.name),
         Gate(CARDS_FREE, state.cards_free, f">= {cards}",
@@ -227,17 +251,20 @@ def summary_gate(verdicts: list[tuple[NodeState, list[Gate]]], chosen: NodeState
                 "\n".join(verdict(s, g) for s, g in verdicts))
 
 
-def foreign_holders(agent: AgentReading, own_runs: set[int]) -> tuple[HolderRow, ...]:
+def foreign_holders(agent: AgentReading, own_runs: set[int],
+                    home: str | None) -> tuple[HolderRow, ...]:
     """The agent's holder rows less our own runs' (their pods hold their cards, as they
-    should: with ``runs_per_node`` > 1 a node may take another run beside ours)."""
-    return tuple(r for r in agent.holders if r.run is None or r.run not in own_runs)
+    should: with ``runs_per_node`` > 1 a node may take another run beside ours); ours
+    are of this ``home``: another home's run 1 is not our run 1."""
+    return tuple(r for r in agent.holders if not r.ours(own_runs, home))
 
 
-def agent_host(agent: AgentReading, own_runs: set[int] = frozenset()) -> HostReading:
+def agent_host(agent: AgentReading, own_runs: set[int] = frozenset(),
+               home: str | None = None) -> HostReading:
     """An agent's reading in the probe's form, so the host gates read it as they read /proc
     (our own runs' holders left out)."""
     rows = tuple(Holder(r.pid, r.user, r.command, r.files, r.started)
-                 for r in foreign_holders(agent, own_runs) if r.pid is not None)
+                 for r in foreign_holders(agent, own_runs, home) if r.pid is not None)
     return HostReading(time=agent.heartbeat, load=agent.load or (0.0, 0.0, 0.0), holders=rows,
                        complete=agent.complete, unreadable=agent.unreadable)
 

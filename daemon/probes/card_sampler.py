@@ -34,12 +34,14 @@ class Latest:
     time: float
 
 
-def holding_runs(rows, active: list[dict], own_pids=frozenset()) -> dict[str, int]:
-    """card name -> the run of ours holding it, from the holder report's rows."""
+def holding_runs(rows, active: list[dict], own_pids=frozenset(),
+                 home: str | None = None) -> dict[str, int]:
+    """card name -> the run of ours (of the home ``home``) holding it, from the holder
+    report's rows."""
     ids = {r["id"] for r in active}
     held: dict[str, int] = {}
     for row in rows:
-        run = row.run if row.run in ids else None
+        run = row.run if row.ours(ids, home) else None
         if run is None and row.pid is not None and row.pid in own_pids and len(active) == 1:
             run = active[0]["id"]  # the local launcher: its trainer's processes
         if run is not None:
@@ -82,7 +84,7 @@ class CardSampler:
         self._next = now + (max(self.every, FAILED_BACKOFF) if empty else self.every)
         if reading.failed:
             log.warning("card reading: %s", reading.why)
-        held = holding_runs(rows, active, own_pids)
+        held = holding_runs(rows, active, own_pids, self.store.home_id)
         self._store([sample_row(c, run_id=held.get(c["card"]), node=self.node)
                      for c in reading.cards], now)
 
@@ -94,7 +96,7 @@ class CardSampler:
             if not agent.cards or self._heartbeats.get(agent.node, -1.0) >= agent.heartbeat:
                 continue
             self._heartbeats[agent.node] = agent.heartbeat
-            held = holding_runs(agent.holders, active)
+            held = holding_runs(agent.holders, active, home=self.store.home_id)
             rows += [sample_row(c, run_id=held.get(c.get("card")), node=agent.node)
                      for c in agent.cards]
         self._store(rows, now)

@@ -55,6 +55,7 @@ class HolderRow:
     pod: str | None = None  # namespace/name
     job: str | None = None
     run: int | None = None
+    home: str | None = None  # the rngdctl home the run is of (its pod's instance label)
     started: float | None = None  # the process's start (holder) or when the pod went idle
     orphan: str | None = None  # why the holder is an orphan
     phantom: bool = False
@@ -67,6 +68,11 @@ class HolderRow:
 
     def age(self, now: float) -> float | None:
         return None if self.started is None else max(0.0, now - self.started)
+
+    def ours(self, runs, home: str) -> bool:
+        """Whether its pod is one of ``runs`` of the home ``home`` (a run id alone is not
+        enough: two homes sharing a namespace both have a run 1)."""
+        return self.run is not None and self.run in runs and self.home == home
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -82,7 +88,8 @@ class HolderRow:
         return cls(node=d.get("node"), cards=tuple(d.get("cards") or cards_of(files)),
                    pid=d.get("pid"), user=str(d.get("user", "?")),
                    command=str(d.get("command", d.get("cmdline", ""))), pod=d.get("pod"),
-                   job=d.get("job"), run=d.get("run"), started=d.get("started"),
+                   job=d.get("job"), run=d.get("run"), home=d.get("home"),
+                   started=d.get("started"),
                    orphan=d.get("orphan"), phantom=bool(d.get("phantom")), files=files,
                    pod_note=d.get("pod_note"))
 
@@ -147,6 +154,16 @@ def pod_run(pod: dict) -> int | None:
         return None
 
 
+def pod_home(pod: dict) -> str | None:
+    """The rngdctl home a pod of ours belongs to (``Store.home_id``), when it says."""
+    from daemon.launchers.k8s import jobspec
+
+    labels = _meta(pod).get("labels") or {}
+    if labels.get(jobspec.MANAGED_BY) != jobspec.MANAGER:
+        return None
+    return labels.get(jobspec.INSTANCE_LABEL)
+
+
 def _holder_row(holder, node, uid, pods_by_uid, have_pods: bool, api_note: str | None):
     base = {"node": node, "cards": cards_of(holder.files), "pid": holder.pid,
             "user": holder.user, "command": holder.cmdline, "started": holder.started,
@@ -162,7 +179,8 @@ def _holder_row(holder, node, uid, pods_by_uid, have_pods: bool, api_note: str |
         return HolderRow(**base, orphan=f"pod {uid} no longer exists")
     from daemon.launchers.k8s import cluster
 
-    row = {**base, "pod": _pod_name(pod), "job": pod_job(pod), "run": pod_run(pod)}
+    row = {**base, "pod": _pod_name(pod), "job": pod_job(pod), "run": pod_run(pod),
+           "home": pod_home(pod)}
     if cluster.pod_cards(pod) == 0:
         return HolderRow(**row, orphan=f"pod {_pod_name(pod)} requests no cards")
     return HolderRow(**row)
@@ -204,8 +222,8 @@ def correlate(host: HostReading, *, node: str | None, pods: list[dict] | None,
             rows.append(HolderRow(
                 node=node, cards=(f"{cards} card{'s' if cards != 1 else ''}",), pid=None,
                 user="–", command="no process holds a device file since it was seen idle",
-                pod=_pod_name(pod), job=pod_job(pod), run=pod_run(pod), started=since,
-                phantom=True))
+                pod=_pod_name(pod), job=pod_job(pod), run=pod_run(pod), home=pod_home(pod),
+                started=since, phantom=True))
     return Correlation(tuple(rows), memory)
 
 

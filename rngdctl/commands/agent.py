@@ -14,7 +14,8 @@ from rngdctl.options import echo_json, with_home
 @click.command()
 @click.option("--node", envvar="NODE_NAME", required=True,
               help="This node's name (the DaemonSet passes spec.nodeName as $NODE_NAME).")
-@click.option("--namespace", help="rngdctl's namespace (default: config.toml's [k8s]).")
+@click.option("--namespace", help="The agents' namespace (default: config.toml's [k8s] "
+                                 "agent_namespace, rngdctl-agents).")
 @click.option("--context", help="kubeconfig context (default: in-cluster service account).")
 @click.option("--tick", type=click.FloatRange(min=0.5), default=5.0, show_default=True,
               help="Seconds between two readings.")
@@ -37,15 +38,14 @@ def agent(home, node, namespace, context, tick, proc, once):
     config = home.config()
     if context:
         config.k8s.context = context
-    if namespace:
-        config.k8s.namespace = namespace
+    namespace = namespace or config.k8s.agent_namespace
     client, _ = K8sClient.from_config(config.k8s)
-    loop = Agent(client, namespace=config.k8s.namespace, node=node, tick=tick, proc=proc,
+    loop = Agent(client, namespace=namespace, node=node, tick=tick, proc=proc,
                  globs=config.gates.device_globs, phantom_after=config.gates.phantom_after)
     try:
         if once:
             written = loop.publish()
-            echo_json({"configmap": f"{config.k8s.namespace}/{loop.name}",
+            echo_json({"configmap": f"{namespace}/{loop.name}",
                        "data": written.get("data") or {}})
             return
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,

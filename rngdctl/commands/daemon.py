@@ -95,10 +95,16 @@ def _elector(launcher, config):
     if launcher.name != "k8s":
         raise ConfigError("[k8s] leader_election needs the k8s launcher (--launcher k8s): "
                           "local daemons on one home already exclude each other by its lock")
+    from daemon.home import lease_timing_problem
+
+    timing = lease_timing_problem(config)  # again: --tick may have changed the tick
+    if timing:
+        raise ConfigError(timing)
     from daemon.launchers.k8s import leader
 
     return leader.LeaderElector(launcher.client, namespace=k8s.namespace, name=k8s.lease_name,
-                                identity=leader.identity(), lease_duration=k8s.lease_duration,
+                                identity=leader.identity(), home=launcher.home_id,
+                                lease_duration=k8s.lease_duration,
                                 renew_deadline=k8s.renew_deadline)
 
 

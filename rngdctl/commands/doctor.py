@@ -11,7 +11,8 @@ from rngdctl.options import echo_json, json_option, with_home
 
 @click.command()
 @click.option("--context", help="kubeconfig context (default: config.toml, else current).")
-@click.option("--namespace", help="Namespace for Jobs (default: config.toml's [k8s]).")
+@click.option("--namespace", help="Namespace for Jobs (default: config.toml's [k8s]); with "
+                                 "--agent, the agents' (default: [k8s] agent_namespace).")
 @click.option("--agent", is_flag=True,
               help="Check what `rngdctl agent` needs instead (run it as the agent's account).")
 @json_option
@@ -28,7 +29,9 @@ def doctor(home, context, namespace, agent, as_json):
     config = home.config()
     if context:
         config.k8s.context = context
-    if namespace:
+    if namespace and agent:
+        config.k8s.agent_namespace = namespace
+    elif namespace:
         config.k8s.namespace = namespace
     checks = run_checks(config, agent=agent)
     if as_json:

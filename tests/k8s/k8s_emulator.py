@@ -27,9 +27,12 @@ import attrs
 import kmock
 from kmock._internal import apps
 
+from daemon.launchers.k8s import jobspec
+
 NS = "ml"
+AGENTS = "rngdctl-agents"  # [k8s] agent_namespace's default: the agents' ConfigMaps
 NODE = "rngd-node-1"
-RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs", "v1/namespaces",
+RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs", "v1/namespaces", "v1/configmaps",
              "coordination.k8s.io/v1/leases")
 LEASES = "coordination.k8s.io/v1/leases"
 NO_NEWLINE = "\0no-newline"
@@ -123,7 +126,7 @@ class Emulator(kmock.KubernetesEmulator):
     def _succeed(self, job: dict) -> None:
         meta, template = job["metadata"], job["spec"]["template"]
         name = meta["name"] + "-auto"
-        node = (template["spec"].get("nodeSelector") or {}).get("kubernetes.io/hostname", NODE)
+        node = jobspec.pinned_node(template["spec"]) or NODE
         lines = self.autopilot(job) if callable(self.autopilot) else self.autopilot
         self.objects["v1/pods", meta["namespace"], name] = {
             "metadata": {"name": name, "namespace": meta["namespace"], "uid": str(uuid.uuid4()),

@@ -7,6 +7,9 @@ whichever test folder's conftest was imported last when folders run together.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 IMAGE = "registry.example/furiosa-llm:2026.1"
 
@@ -27,6 +30,13 @@ def tick_until_launched(daemon, store, run_id: int, now: int) -> int:
         if daemon.tick(now=tick).launched == run_id:
             return tick + 1
     raise AssertionError(f"run {run_id} was not launched: {store.events(run_id=run_id)}")
+
+
+def job_of(store, run_id: int, attempt: int, stage: str = "train") -> str:
+    """The name of the Job of a run's attempt, as the launcher of ``store``'s home names it."""
+    from daemon.launchers.k8s import jobspec
+
+    return jobspec.job_name({"id": run_id, "attempts": attempt}, stage, home=store.home_id)
 
 
 def pulled_before(store, image: str) -> None:
@@ -80,8 +90,36 @@ def publish_agents(config, tmp_path, heartbeats, tick: float = 5.0) -> None:
         proc.mkdir(exist_ok=True)
         client, _ = K8sClient.from_config(config.k8s)
         try:
-            Agent(client, namespace=config.k8s.namespace, node=node, tick=tick, proc=str(proc),
+            Agent(client, namespace=config.k8s.agent_namespace, node=node, tick=tick,
+                  proc=str(proc),
                   read_cards=lambda: ([], "furiosa-smi not found: no card readings")
                   ).publish(now=at)
         finally:
             client.close()
+
+
+class DaemonProcesses:
+    """``rngdctl daemon --launcher k8s --exit-when-idle`` replicas on one home, each a process
+    with its own pod name (POD_NAME), its env from ``env_of(pod)`` and ``argv`` added; each
+    one's stderr in a file (a pipe could fill up)."""
+
+    def __init__(self, home, pods, tmp_path, env_of, argv=()):
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs = {pod: tmp_path / f"{pod}.log" for pod in pods}
+        repo = Path(__file__).resolve().parents[2]
+        for pod in pods:
+            env = {**os.environ, "POD_NAME": pod, **env_of(pod)}
+            with self.logs[pod].open("w") as log:
+                self.procs[pod] = subprocess.Popen(
+                    [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon",
+                     "--launcher", "k8s", *argv, "--exit-when-idle"],
+                    cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+    def log(self, pod: str) -> str:
+        return self.logs[pod].read_text()[-3000:]
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)

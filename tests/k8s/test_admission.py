@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from k8s_support import tick_until_launched
+from k8s_support import job_of, tick_until_launched
 
 CARD_RACE = ("OutOffuriosa.ai/rngd", ("Pod was rejected: Node didn't have enough resource: "
                                       "furiosa.ai/rngd, requested: 2, used: 8, capacity: 8"))
@@ -43,7 +43,7 @@ def test_losing_the_card_race_on_every_try_fails_the_run_after_max_attempts(
     assert store.run(run_id)["status"] == "queued"
 
     now = tick_until_launched(daemon, store, run_id, now + 1)
-    assert store.run(run_id)["job_name"] == f"rngd-{run_id}-a2"
+    assert store.run(run_id)["job_name"] == job_of(store, run_id, 2)
     pod = _reject(cluster, store.run(run_id)["job_name"])
     assert daemon.tick(now=now).finished == (run_id, "failed")
     run = store.run(run_id)

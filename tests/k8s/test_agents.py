@@ -7,9 +7,10 @@ import os
 import re
 
 import pytest
-from k8s_emulator import NODE, NS
+from k8s_emulator import AGENTS, NODE
 
 from daemon.gates import nodes
+from daemon.launchers.k8s import jobspec
 from daemon.launchers.k8s.agent import Agent
 from daemon.launchers.k8s.client import K8sClient
 
@@ -42,7 +43,7 @@ def agents(cluster, config, tmp_path):
     for node, holders in [(NODE, ()), (NODE2, [(4121, b"python\0bench.py\0",
                                                 "/dev/rngd/npu1pe0")]), (NODE3, ())]:
         client, _ = K8sClient.from_config(config.k8s)
-        made[node] = Agent(client, namespace=NS, node=node, tick=5.0,
+        made[node] = Agent(client, namespace=AGENTS, node=node, tick=5.0,
                            proc=str(_proc(tmp_path / f"proc-{node}", holders)),
                            read_cards=_no_cards)
     made[NODE3].publish(now=T0)
@@ -54,7 +55,7 @@ def agents(cluster, config, tmp_path):
 
 
 def test_an_agent_publishes_its_reading_and_heartbeat_in_its_configmap(agents, cluster):
-    cm = cluster.get("v1/configmaps", nodes.configmap_name(NODE2))
+    cm = cluster.get("v1/configmaps", nodes.configmap_name(NODE2), AGENTS)
     assert cm["data"]["node"] == NODE2 and float(cm["data"]["heartbeat"]) == T0 + 20
     reading = json.loads(cm["data"]["reading"])
     [row] = reading["holders"]
@@ -62,9 +63,9 @@ def test_an_agent_publishes_its_reading_and_heartbeat_in_its_configmap(agents, c
         4121, ["npu1"], "orphan", "in no pod")
     assert reading["cards_note"] == "furiosa-smi not found: no card readings"
     agents[NODE2].publish(now=T0 + 25)  # the next tick patches the same object
-    again = cluster.get("v1/configmaps", nodes.configmap_name(NODE2))
+    again = cluster.get("v1/configmaps", nodes.configmap_name(NODE2), AGENTS)
     assert float(again["data"]["heartbeat"]) == T0 + 25
-    assert cluster.names("v1/configmaps").count(nodes.configmap_name(NODE2)) == 1
+    assert cluster.names("v1/configmaps", AGENTS).count(nodes.configmap_name(NODE2)) == 1
 
 
 def test_the_daemon_reads_every_node_in_three_list_calls_whatever_their_number(
@@ -120,7 +121,7 @@ def test_the_head_goes_to_the_node_where_every_gate_passes_with_most_cards(
         daemon.tick(now=now)
     [job] = cluster.names("batch/v1/jobs")
     spec = cluster.get("batch/v1/jobs", job)["spec"]["template"]["spec"]
-    assert spec["nodeSelector"] == {"kubernetes.io/hostname": NODE}
+    assert jobspec.pinned_node(spec) == NODE
     assert store.run(run_id)["node"] == NODE
 
 
@@ -135,14 +136,14 @@ def test_an_agent_on_a_card_host_publishes_each_cards_readings(
     monkeypatch.setenv("PYTHONPATH", str(site))
     client, _ = K8sClient.from_config(config.k8s)
     try:
-        agent = Agent(client, namespace=NS, node=NODE, tick=5.0, proc=str(_proc(tmp_path / "proc")))
+        agent = Agent(client, namespace=AGENTS, node=NODE, tick=5.0, proc=str(_proc(tmp_path / "proc")))
         agent.publish(now=T0)
         set_cards(site, [card(0, soc_peak=44.0, power_w=71.5, occupied=[0],
                               counters={"0": [3000, 1600]}), card(1, throttle=["ThermalSlowdown"])])
         agent.publish(now=T0 + 5)
     finally:
         client.close()
-    reading = json.loads(cluster.get("v1/configmaps", nodes.configmap_name(NODE))["data"][
+    reading = json.loads(cluster.get("v1/configmaps", nodes.configmap_name(NODE), AGENTS)["data"][
         "reading"])
     assert reading["cards_note"] is None
     npu0, npu1 = reading["cards"]
@@ -150,5 +151,6 @@ def test_an_agent_on_a_card_host_publishes_each_cards_readings(
     assert npu0["util"] == pytest.approx(0.8 / 8)  # the second tick: since the first
     assert npu1["throttle"] == ["ThermalSlowdown"]
     # What the daemon reads back, for the node's card-health gate and the TUI.
-    agent_reading = nodes.parse_agent(cluster.get("v1/configmaps", nodes.configmap_name(NODE)))
+    agent_reading = nodes.parse_agent(cluster.get("v1/configmaps", nodes.configmap_name(NODE),
+                                                   AGENTS))
     assert [c["card"] for c in agent_reading.cards] == ["npu0", "npu1"]

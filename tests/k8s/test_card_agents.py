@@ -4,7 +4,7 @@ gates each node on its own cards and stores every node's readings (kmock over HT
 from __future__ import annotations
 
 import pytest
-from k8s_emulator import NODE, NS
+from k8s_emulator import AGENTS, NODE
 
 from daemon.launchers.k8s.agent import Agent
 from daemon.launchers.k8s.client import K8sClient
@@ -31,7 +31,7 @@ def agents(cluster, config, tmp_path):
         proc = tmp_path / f"proc-{node}"
         proc.mkdir()
         client, _ = K8sClient.from_config(config.k8s)
-        agent = Agent(client, namespace=NS, node=node, tick=5.0, proc=str(proc),
+        agent = Agent(client, namespace=AGENTS, node=node, tick=5.0, proc=str(proc),
                       read_cards=lambda node=node: readings[node])
         agent.publish(now=T0)
         made.append(agent)

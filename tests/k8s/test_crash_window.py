@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from k8s_emulator import NODE
-from k8s_support import IMAGE, end_line, start_line, step_line
+from k8s_support import IMAGE, end_line, job_of, start_line, step_line
 
 from daemon import faults
 
@@ -26,10 +26,10 @@ def test_a_daemon_killed_around_the_job_creation_leaves_one_job_and_every_step_o
     code, _, err = _daemon(rngdctl, cluster, fault=point)
     assert code == -9, err
     killed = store.run(run_id)
-    expected_jobs = [] if point == "after_claim" else [f"rngd-{run_id}-a1"]
+    expected_jobs = [] if point == "after_claim" else [job_of(store, run_id, 1)]
     assert cluster.names("batch/v1/jobs") == expected_jobs
     assert killed["status"] == ("running" if point == "after_record" else "launching")
-    assert killed["job_name"] == (f"rngd-{run_id}-a1" if point == "after_record" else None)
+    assert killed["job_name"] == (job_of(store, run_id, 1) if point == "after_record" else None)
 
     code, _, err = _daemon(rngdctl, cluster)
     assert code == 0, err
@@ -38,7 +38,7 @@ def test_a_daemon_killed_around_the_job_creation_leaves_one_job_and_every_step_o
     assert [s["step"] for s in store.steps(run_id)] == [1, 2, 3]
     # after_claim: requeued and launched as attempt 2; otherwise the same Job, adopted
     attempt = 2 if point == "after_claim" else 1
-    assert cluster.names("batch/v1/jobs") == [f"rngd-{run_id}-a{attempt}"]
+    assert cluster.names("batch/v1/jobs") == [job_of(store, run_id, attempt)]
 
 
 def test_a_restart_after_a_claim_does_not_adopt_the_job_of_an_earlier_attempt(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from k8s_emulator import NODE
-from k8s_support import IMAGE, end_line, start_line, step_line
+from k8s_support import IMAGE, end_line, job_of, start_line, step_line
 
 
 def test_the_daemon_runs_a_queued_run_as_a_job_to_done(cluster, home, store, rngdctl, submit):
@@ -18,7 +18,7 @@ def test_the_daemon_runs_a_queued_run_as_a_job_to_done(cluster, home, store, rng
     run = store.run(run_id)
     assert run["status"] == "done", store.events(run_id=run_id)
     assert [s["step"] for s in store.steps(run_id)] == [1, 2, 3]
-    assert cluster.names("batch/v1/jobs") == [f"rngd-{run_id}-a1"]
+    assert cluster.names("batch/v1/jobs") == [job_of(store, run_id, 1)]
     checks = store.gate_checks(run_id=run_id)
     assert [c["passed"] for c in checks][-2:] == [1, 1]  # two ticks in a row before the launch
 

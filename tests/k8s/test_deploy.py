@@ -7,34 +7,81 @@ from pathlib import Path
 import yaml
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+JOBS_NS, AGENTS_NS = "ml", "rngdctl-agents"
 
 
-def _rules(kind: str, name: str = "rngdctl") -> set[tuple[str, str, str]]:
-    docs = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
+def _docs(name: str = "*.yaml") -> list[dict]:
+    return [doc for path in sorted(DEPLOY.glob(name))
+            for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _rules(kind: str, name: str, namespace: str | None = None,
+           file: str = "rbac.yaml") -> set[tuple[str, str, str]]:
     return {(group, resource, verb)
-            for doc in docs if doc["kind"] == kind
-            and doc["metadata"]["name"] in (name, f"{name}-node-reader")
+            for doc in _docs(file) if doc["kind"] == kind and doc["metadata"]["name"] == name
+            and doc["metadata"].get("namespace") == namespace
             for rule in doc["rules"]
             for group in rule["apiGroups"] for resource in rule["resources"]
             for verb in rule["verbs"]}
 
 
+def _wanted(permissions, where) -> set[tuple[str, str, str]]:
+    return {(g, r + (f"/{s}" if s else ""), v) for v, r, s, g, ns in permissions if ns == where}
+
+
 def test_the_rbac_grants_every_permission_the_doctor_checks_and_no_more():
-    from daemon.launchers.k8s.doctor import PERMISSIONS
+    from daemon.launchers.k8s.doctor import AGENTS, PERMISSIONS
 
-    wanted_ns = {(g, r + (f"/{s}" if s else ""), v) for v, r, s, g, ns in PERMISSIONS if ns}
-    wanted_cluster = {(g, r + (f"/{s}" if s else ""), v)
-                      for v, r, s, g, ns in PERMISSIONS if not ns}
-    assert _rules("Role") == wanted_ns
-    assert _rules("ClusterRole") == wanted_cluster
+    assert _rules("Role", "rngdctl", JOBS_NS) == _wanted(PERMISSIONS, True)
+    assert _rules("Role", "rngdctl-agent-readings", AGENTS_NS) == _wanted(PERMISSIONS, AGENTS)
+    assert _rules("ClusterRole", "rngdctl-node-reader") == _wanted(PERMISSIONS, False)
 
 
-def test_the_daemon_example_sees_the_hosts_processes_and_devices():
-    deployment = yaml.safe_load((DEPLOY / "daemon-on-node.yaml").read_text())
+def test_nothing_is_granted_watch_since_the_daemon_and_agents_only_list_and_get():
+    verbs = {verb for doc in _docs() if doc["kind"] in ("Role", "ClusterRole")
+             for rule in doc["rules"] for verb in rule["verbs"]}
+    assert "watch" not in verbs
+    client = (DEPLOY.parent / "daemon" / "launchers" / "k8s" / "client.py").read_text()
+    assert "watch" not in client
+
+
+def test_every_object_in_deploy_is_defined_once():
+    keys = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in _docs()]
+    assert sorted(k for k in set(keys) if keys.count(k) > 1) == []
+
+
+def _pod_specs(namespace: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in _docs()
+            if d["kind"] in ("Deployment", "DaemonSet")
+            and d["metadata"]["namespace"] == namespace}
+
+
+def test_the_jobs_namespace_holds_nothing_privileged_and_the_agents_one_is_privileged():
+    jobs_ns = _pod_specs(JOBS_NS)
+    assert set(jobs_ns) == {"rngdctl-daemon"}
+    for pod in jobs_ns.values():
+        assert not pod.get("hostPID") and not any("hostPath" in v for v in pod.get("volumes", []))
+        assert not any((c.get("securityContext") or {}).get("capabilities")
+                       for c in pod["containers"])
+    assert set(_pod_specs(AGENTS_NS)) == {"rngdctl-agent", "rngdctl-daemon-on-node"}
+    [namespace] = [d for d in _docs() if d["kind"] == "Namespace"]
+    assert namespace["metadata"] == {"name": AGENTS_NS, "labels": {
+        "pod-security.kubernetes.io/enforce": "privileged"}}
+
+
+def test_the_daemon_example_on_the_node_sees_the_hosts_processes_and_devices():
+    [deployment] = [d for d in _docs("daemon-on-node.yaml") if d["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["hostPID"] is True
     assert pod["containers"][0]["securityContext"]["runAsUser"] == 0
     assert {"name": "dev-rngd", "hostPath": {"path": "/dev/rngd"}} in pod["volumes"]
+    [account] = [d for d in _docs("daemon-on-node.yaml") if d["kind"] == "ServiceAccount"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    bound = {(d["kind"], d["roleRef"]["name"]) for d in _docs("daemon-on-node.yaml")
+             if d["kind"].endswith("Binding")
+             and d["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": AGENTS_NS}]}
+    assert bound == {("RoleBinding", "rngdctl"), ("ClusterRoleBinding", "rngdctl-node-reader")}
 
 
 def test_the_example_config_loads_and_its_volumes_build():
@@ -48,21 +95,27 @@ def test_the_example_config_loads_and_its_volumes_build():
 
 
 def test_the_agents_rbac_grants_every_permission_doctor_agent_checks_and_no_more():
-    from daemon.launchers.k8s.doctor import AGENT_PERMISSIONS
+    from daemon.launchers.k8s.doctor import AGENT_PERMISSIONS, AGENTS
 
-    wanted_ns = {(g, r, v) for v, r, s, g, ns in AGENT_PERMISSIONS if ns}
-    wanted_cluster = {(g, r, v) for v, r, s, g, ns in AGENT_PERMISSIONS if not ns}
-    assert _rules("Role", "rngdctl-agent") == wanted_ns
-    assert _rules("ClusterRole", "rngdctl-agent") == wanted_cluster
+    file = "agent-daemonset.yaml"
+    assert _rules("Role", "rngdctl-agent", AGENTS_NS, file) == _wanted(AGENT_PERMISSIONS, AGENTS)
+    assert _rules("ClusterRole", "rngdctl-agent", None, file) == \
+        _wanted(AGENT_PERMISSIONS, False)
+    # Nothing of the agents' in the Jobs' namespace (the daemon's config is there).
+    assert not [d for d in _docs() if d["kind"] in ("Role", "RoleBinding")
+                and d["metadata"]["namespace"] == JOBS_NS
+                and "rngdctl-agent" in {s["name"] for s in d.get("subjects", [])}]
 
 
 def test_the_agent_daemonset_sees_the_hosts_processes_and_knows_its_node():
-    daemonset = yaml.safe_load((DEPLOY / "agent-daemonset.yaml").read_text())
+    [daemonset] = [d for d in _docs("agent-daemonset.yaml") if d["kind"] == "DaemonSet"]
     pod = daemonset["spec"]["template"]["spec"]
-    assert daemonset["kind"] == "DaemonSet" and pod["hostPID"] is True
+    assert daemonset["metadata"]["namespace"] == AGENTS_NS and pod["hostPID"] is True
     assert pod["serviceAccountName"] == "rngdctl-agent"
     [env] = pod["containers"][0]["env"]
     assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    command = pod["containers"][0]["command"]
+    assert command[command.index("--namespace") + 1] == AGENTS_NS
 
 
 def _daemon_deployment() -> dict[str, dict]:
@@ -78,6 +131,7 @@ def test_the_daemon_deployment_runs_two_replicas_that_elect_a_leader_on_the_gran
     config = parse_config(config_map["data"]["config.toml"])
     assert deployment["spec"]["replicas"] == 2
     assert config.k8s.leader_election and config.daemon.launcher == "k8s" and config.k8s.agents
+    assert config.k8s.agent_namespace == AGENTS_NS
     rbac = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
     [role] = [d for d in rbac if d["kind"] == "Role" and d["metadata"]["name"] == "rngdctl"]
     named = [r for r in role["rules"] if r["resources"] == ["leases"] and "resourceNames" in r]

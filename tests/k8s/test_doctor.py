@@ -104,3 +104,19 @@ def test_doctor_checks_the_leader_election_rights_on_the_configured_lease(cluste
     config.k8s.lease_name = "team-a-daemon"
     check = _checks(config, proc)["may update leases team-a-daemon"]
     assert not check.ok and "resourceNames" in check.fix
+
+
+def test_doctor_names_a_node_whose_cards_are_partitioned_and_the_fix(cluster, config, proc):
+    cluster.put("v1/nodes", {"metadata": {"name": NODE}, "status": {"allocatable": {
+        "furiosa.ai/rngd-4core.24gb": "16"}}}, namespace=None)
+    check = _checks(config, proc)["node"]
+    assert not check.ok
+    assert check.detail.startswith(f"node {NODE}'s cards are partitioned: 16 "
+                                   "furiosa.ai/rngd-4core.24gb (8 cards)")
+    assert check.fix.startswith("set the Furiosa device plugin to whole cards on this node")
+
+
+def test_doctor_says_the_cards_are_the_device_plugins_where_no_dra_is_served(cluster, config,
+                                                                            proc):
+    check = _checks(config, proc)["DRA"]
+    assert check.ok and check.detail.startswith("the API serves no resource.k8s.io/v1")

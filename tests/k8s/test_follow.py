@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from k8s_support import end_line, pulled_before, start_line, step_line, tick_until_launched
+from k8s_support import end_line, job_of, pulled_before, start_line, step_line, tick_until_launched
 
 RUNNING = {"running": {"startedAt": "2026-01-01T00:00:01Z"}}
 MISSING = "registry.example/furiosa-llm:typo"
@@ -40,7 +40,7 @@ def test_an_image_pull_error_deletes_the_job_in_one_tick_pre_pulls_and_retries(
     daemon.tick(now=4)
     assert daemon.tick(now=5).launched == run_id
     run = store.run(run_id)
-    assert run["attempts"] == 2 and run["job_name"] == f"rngd-{run_id}-a2"
+    assert run["attempts"] == 2 and run["job_name"] == job_of(store, run_id, 2)
     assert cluster.get("batch/v1/jobs", run["job_name"]) is not None
     # Retried because the node lists the image (it was pulled there before): an event.
     [retry] = store.events(run_id=run_id, kinds=["retry"])

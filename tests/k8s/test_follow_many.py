@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 
 import pytest
-from k8s_emulator import NODE, NS, stamp
+from k8s_emulator import AGENTS, NODE, NS, stamp
 from k8s_support import IMAGE, device_holder, publish_agents, start_line, step_line
 
 from daemon.gates import nodes
@@ -104,7 +104,8 @@ def _agent_says(cluster, node: str, holders: list[HolderRow], at: float) -> None
     reading = {"v": 1, "time": at, "load": [1.0, 1.0, 1.0], "complete": True,
                "visibility": "every process is visible", "holders": [h.as_dict() for h in holders],
                "cards": [], "idle_since": {}}
-    cluster.put("v1/configmaps", nodes.agent_configmap(node, NS, reading, heartbeat=at, tick=5.0))
+    cluster.put("v1/configmaps", nodes.agent_configmap(node, AGENTS, reading, heartbeat=at,
+                                                       tick=5.0), AGENTS)
 
 
 def _launched_on_node2(agents2, cluster, daemon, store, submit) -> tuple[int, str, str]:
@@ -123,7 +124,7 @@ def test_with_agents_a_foreign_holder_on_the_pods_node_deletes_the_job_and_reque
     _agent_says(cluster, NODE2, [
         HolderRow(node=NODE2, cards=("npu0",), pid=4242, user="root",
                   command="python -m trainer train", pod=f"{NS}/{pod}", job=job, run=run_id,
-                  files=("/dev/rngd/npu0pe0",)),
+                  home=store.home_id, files=("/dev/rngd/npu0pe0",)),
         HolderRow(node=NODE2, cards=("npu1",), pid=999, user="kim", command="python bench.py",
                   pod="research/notebook", files=("/dev/rngd/npu1pe0",)),
     ], at=T0 + 23)
@@ -144,7 +145,7 @@ def test_with_agents_a_holder_in_the_daemons_own_proc_is_not_taken_for_the_pods_
     _agent_says(cluster, NODE2, [
         HolderRow(node=NODE2, cards=("npu0",), pid=4242, user="root",
                   command="python -m trainer train", pod=f"{NS}/{pod}", job=job, run=run_id,
-                  files=("/dev/rngd/npu0pe0",))], at=T0 + 23)
+                  home=store.home_id, files=("/dev/rngd/npu0pe0",))], at=T0 + 23)
     daemon.tick(now=T0 + 23)
     assert store.run(run_id)["status"] == "running"
     assert cluster.get("batch/v1/jobs", job) is not None
@@ -163,7 +164,7 @@ def test_with_agents_a_holder_of_another_of_our_runs_on_the_node_is_not_foreign(
     _agent_says(cluster, NODE2, [
         HolderRow(node=NODE2, cards=("npu0",), pid=4242, user="root",
                   command="python -m trainer train", pod=f"{NS}/{other_pod}",
-                  job=store.run(other_id)["job_name"], run=other_id,
+                  job=store.run(other_id)["job_name"], run=other_id, home=store.home_id,
                   files=("/dev/rngd/npu0pe0",))], at=T0 + 23)
     daemon.tick(now=T0 + 23)
     assert store.run(run_id)["status"] == "running"

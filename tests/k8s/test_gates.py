@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from k8s_emulator import NODE
+from k8s_support import job_of
 
 
 def test_cards_free_subtracts_every_namespaces_live_pods_on_the_node(cluster, launcher, submit,
@@ -109,7 +110,7 @@ def test_a_run_launches_only_after_the_gates_pass_on_two_ticks_in_a_row(cluster,
     assert daemon.tick(now=3).launched is None  # passes again: one in a row, not two
     assert daemon.tick(now=4).launched == run_id
     assert [c["passed"] for c in store.gate_checks(run_id=run_id)] == [1, 0, 1, 1]
-    assert cluster.names("batch/v1/jobs") == [f"rngd-{run_id}-a1"]
+    assert cluster.names("batch/v1/jobs") == [job_of(store, run_id, 1)]
 
 
 def _new_launcher(home, store, config, proc):

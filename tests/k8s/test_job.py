@@ -6,7 +6,7 @@ import re
 
 import pytest
 from k8s_emulator import NODE
-from k8s_support import IMAGE, end_line, start_line, step_line
+from k8s_support import IMAGE, end_line, job_of, start_line, step_line
 
 from daemon.launchers.k8s import jobspec
 
@@ -21,12 +21,17 @@ def test_the_job_runs_once_on_the_node_with_its_cards_deadline_and_ttl(cluster, 
     assert spec["activeDeadlineSeconds"] == 1800
     assert spec["ttlSecondsAfterFinished"] == 600
     assert pod["restartPolicy"] == "Never"
-    assert pod["nodeSelector"] == {"kubernetes.io/hostname": NODE}
+    assert pod["affinity"]["nodeAffinity"] == {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}}
+    assert "nodeSelector" not in pod
+    assert pod["automountServiceAccountToken"] is False
     resources = pod["containers"][0]["resources"]
     assert resources["requests"]["furiosa.ai/rngd"] == "2"
     assert resources["limits"]["furiosa.ai/rngd"] == "2"
     assert job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "rngdctl"
     assert job["metadata"]["labels"]["rngdctl.io/run-id"] == str(run_id)
+    assert job["metadata"]["labels"]["app.kubernetes.io/instance"] == store.home_id
     assert store.run(run_id)["status"] == "running"
 
 
@@ -87,20 +92,23 @@ def test_a_bad_volume_entry_fails_the_launch_with_one_clear_line(cluster, daemon
     daemon.tick(now=2)
     run = store.run(run_id)
     assert run["status"] == "failed"
-    assert run["exit_reason"] == (f"cannot create Job ml/rngd-{run_id}-a1: config.toml: [k8s] "
-                                  "volumes[0] needs exactly one of host_path or pvc")
+    assert run["exit_reason"] == (f"cannot create Job ml/{job_of(store, run_id, 1)}: "
+                                  "config.toml: [k8s] volumes[0] needs exactly one of host_path "
+                                  "or pvc")
     assert cluster.names("batch/v1/jobs") == []
 
 
-def test_names_are_dns_1123_and_at_most_63_characters():
+def test_names_are_dns_1123_at_most_63_characters_and_name_their_home():
     run = {"id": 123456, "attempts": 3, "name": "Resident_8 layers..Llama-3.1-8B " * 4,
            "config": {}}
+    home = "0123456789abcdef"
     for stage in (jobspec.TRAIN, jobspec.COMPILE):
-        name = jobspec.job_name(run, stage)
+        name = jobspec.job_name(run, stage, home=home)
         assert len(name) <= 63 and DNS_1123.match(name), name
-        assert name.startswith(f"rngd-123456-a3-{'compile-' if stage == 'compile' else ''}")
+        assert name.startswith(f"rngd-123456-a3-01234567-"
+                               f"{'compile-' if stage == 'compile' else ''}")
     pull = jobspec.prepull_name("Registry.Example:5000/Team/Furiosa_LLM:2026.1@sha256:" + "f" * 64,
-                                NODE)
+                                NODE, home=home)
     assert len(pull) <= 63 and DNS_1123.match(pull)
 
 
@@ -151,7 +159,7 @@ def test_a_card_job_stored_despite_a_503_is_adopted_when_the_retried_create_meet
     cluster.fail("post", "/apis/batch/v1/namespaces/ml/jobs", times=1, payload=503)
     assert launcher.follow(store.run(run_id)) is None
     run = store.run(run_id)
-    assert run["status"] == "running" and run["job_name"] == f"rngd-{run_id}-a1"
+    assert run["status"] == "running" and run["job_name"] == job_of(store, run_id, 1)
     assert cluster.names("batch/v1/jobs") == [run["job_name"], name]
     [adopt] = store.events(run_id=run_id, kinds=["adopt"])
     assert adopt["data"]["stage"] == "train" and adopt["data"]["cards"] == 2

@@ -9,7 +9,14 @@ the old one knew.
 from __future__ import annotations
 
 import pytest
-from k8s_support import device_holder, end_line, pulled_before, start_line, tick_until_launched
+from k8s_support import (
+    device_holder,
+    end_line,
+    job_of,
+    pulled_before,
+    start_line,
+    tick_until_launched,
+)
 
 PULLING = {"phase": "Pending", "containerStatuses": [{"name": "prepull", "state": {
     "waiting": {"reason": "ContainerCreating", "message": ""}}}]}
@@ -75,7 +82,7 @@ def test_a_restart_while_the_pre_pull_pulls_keeps_the_image_missing_until_the_po
     cluster.patch("v1/pods", prepull, {"status": _pulled()})
     tick_until_launched(daemon, store, run_id, now + 4)
     assert cluster.names("v1/pods") == []  # the pre-pull pod is not left behind
-    assert cluster.names("batch/v1/jobs") == [f"rngd-{run_id}-a2"]
+    assert cluster.names("batch/v1/jobs") == [job_of(store, run_id, 2)]
 
 
 def test_a_restart_between_the_failed_pull_and_the_pre_pull_still_pre_pulls_first(
@@ -228,7 +235,7 @@ def _compile_then_pull_fails(cluster, daemon, store, run_id):
     """Compile Job done (image as DIGEST), card Job's pull fails: the pre-pull pod's name."""
     now = tick_until_launched(daemon, store, run_id, 1)
     compile_job = store.run(run_id)["job_name"]
-    assert compile_job == f"rngd-{run_id}-a1-compile"
+    assert compile_job == job_of(store, run_id, 1, "compile")
     cluster.start_pod(compile_job, phase="Succeeded",
                       state={"terminated": {"exitCode": 0, "reason": "Completed"}})
     cluster.finish_job(compile_job, "Complete")
@@ -247,12 +254,12 @@ def test_a_retry_after_a_failed_pull_skips_the_compile_done_for_the_same_digest(
     cluster.patch("v1/pods", prepull, {"status": _pulled(DIGEST)})
     tick_until_launched(daemon, store, run_id, 100)
 
-    assert store.run(run_id)["job_name"] == f"rngd-{run_id}-a2"
+    assert store.run(run_id)["job_name"] == job_of(store, run_id, 2)
     stages = [e["data"]["stage"] for e in store.events(run_id=run_id, kinds=["launch"])]
     assert stages == ["compile", "train", "train"]
     skipped = store.events(run_id=run_id, kinds=["compile"])[-1]
-    assert skipped["message"].startswith(f"compile skipped: Job rngd-{run_id}-a1-compile "
-                                         f"compiled")
+    assert skipped["message"].startswith(
+        f"compile skipped: Job {job_of(store, run_id, 1, 'compile')} compiled")
 
 
 def test_a_retry_compiles_again_when_the_image_on_the_node_has_another_digest(
@@ -262,7 +269,7 @@ def test_a_retry_compiles_again_when_the_image_on_the_node_has_another_digest(
     other = "registry.example/furiosa-llm@sha256:" + "cd" * 32  # the tag moved meanwhile
     cluster.patch("v1/pods", prepull, {"status": _pulled(other)})
     tick_until_launched(daemon, store, run_id, 100)
-    assert store.run(run_id)["job_name"] == f"rngd-{run_id}-a2-compile"
+    assert store.run(run_id)["job_name"] == job_of(store, run_id, 2, "compile")
 
 
 def _admission_reject(cluster, job):
@@ -299,4 +306,4 @@ def test_a_restart_after_the_job_was_deleted_but_before_the_requeue_was_stored_r
         [prepull] = cluster.names("v1/pods")
         cluster.patch("v1/pods", prepull, {"status": _pulled()})
     tick_until_launched(daemon, store, run_id, now + 1)
-    assert store.run(run_id)["job_name"] == f"rngd-{run_id}-a2"
+    assert store.run(run_id)["job_name"] == job_of(store, run_id, 2)

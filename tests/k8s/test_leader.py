@@ -49,7 +49,7 @@ def replica(cluster, home, config, proc, clock):
                                proc=str(proc), clock=clock)
         mono = Clock(1000.0)
         elector = LeaderElector(launcher.client, namespace=NS, name=LEASE,
-                                identity=f"{name}/1", lease_duration=15.0,
+                                identity=f"{name}/1", home=store.home_id, lease_duration=15.0,
                                 renew_deadline=10.0, clock=mono, wall=clock)
         daemon = Daemon(home, store, config, launcher, probe=lambda: IDLE, leader=elector)
         daemon.start()
@@ -229,3 +229,32 @@ def test_a_leader_restarted_under_its_own_identity_takes_its_unexpired_lease_bac
     assert cluster.get(LEASES, LEASE)["spec"]["leaseTransitions"] == 0
     b.clock.now += 20
     assert b.tick(T0 + 20).standby  # the record changed since b saw it: not expired
+
+
+# === the Lease's timing against the tick =========================================
+
+
+def test_a_tick_too_long_for_the_lease_is_refused_where_the_config_is_read():
+    from daemon.errors import ConfigError
+    from daemon.home import parse_config
+
+    with pytest.raises(ConfigError) as refused:
+        parse_config("[daemon]\ntick = 20.0\n[k8s]\nleader_election = true\n",
+                     where="/h/config.toml")
+    assert str(refused.value) == (
+        "/h/config.toml: [k8s] renew_deadline (10 s) must be at least 2 ticks ([daemon] tick "
+        "= 20 s) with leader_election: the leader renews the Lease once a tick; raise "
+        "renew_deadline and lease_duration, or shorten the tick")
+    assert parse_config("[daemon]\ntick = 20.0\n")  # one daemon: no Lease to renew
+
+
+def test_a_tick_flag_too_long_for_the_lease_stops_the_daemon_in_one_line(home, rngdctl,
+                                                                         cluster):
+    home.config_path.write_text("[k8s]\nleader_election = true\n")
+    code, _, err = rngdctl("daemon", "--launcher", "k8s", "--context", "emu", "--tick", "6",
+                           env={"KUBECONFIG": str(cluster.kubeconfig)})
+    assert code == 2
+    assert err.strip().splitlines()[-1].endswith(
+        "[k8s] renew_deadline (10 s) must be at least 2 ticks ([daemon] tick = 6 s) with "
+        "leader_election: the leader renews the Lease once a tick; raise renew_deadline and "
+        "lease_duration, or shorten the tick")

@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from k8s_emulator import NODE, NS
+from k8s_emulator import AGENTS, NODE, NS
 from k8s_support import IMAGE, publish_agents
 
 from daemon.gates import nodes
+from daemon.launchers.k8s import jobspec
 from daemon.probes.holders import HolderRow
 
 NODE2, NODE3 = "rngd-node-2", "rngd-node-3"
@@ -34,8 +35,7 @@ def _since(t: float) -> str:
 
 def _job_node(cluster, run_id: int) -> str:
     [job] = [n for n in cluster.names("batch/v1/jobs") if n.startswith(f"rngd-{run_id}-")]
-    return cluster.get("batch/v1/jobs", job)["spec"]["template"]["spec"]["nodeSelector"][
-        "kubernetes.io/hostname"]
+    return jobspec.pinned_node(cluster.get("batch/v1/jobs", job)["spec"]["template"]["spec"])
 
 
 def _tick(daemon, clock, times):
@@ -95,11 +95,12 @@ def test_our_own_runs_trainer_holding_cards_does_not_block_a_second_run_on_its_n
     # node-1's agent now sees run a's trainer (in its Job's pod) holding npu0.
     row = HolderRow(node=NODE, cards=("npu0",), pid=777, user="root",
                     command="python -m trainer train", pod=f"{NS}/rngd-{a}-a1-x",
-                    job=f"rngd-{a}-a1", run=a, files=("/dev/rngd/npu0pe0",))
+                    job=f"rngd-{a}-a1", run=a, home=store.home_id,
+                    files=("/dev/rngd/npu0pe0",))
     reading = {"v": 1, "load": [1.0, 1.0, 1.0], "complete": True, "visibility": "",
                "holders": [row.as_dict()], "cards": [], "idle_since": {}}
-    cluster.put("v1/configmaps", nodes.agent_configmap(NODE, NS, reading, heartbeat=T0 + 22,
-                                                       tick=5.0))
+    cluster.put("v1/configmaps", nodes.agent_configmap(NODE, AGENTS, reading, heartbeat=T0 + 22,
+                                                       tick=5.0), AGENTS)
     results = _tick(daemon, clock, [T0 + 23, T0 + 24])
     assert b in [r.launched for r in results], store.gate_checks(run_id=b)[-1]["gates"]
     assert store.run(b)["node"] == NODE

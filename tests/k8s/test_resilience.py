@@ -6,6 +6,7 @@ import time
 
 import pytest
 from k8s_emulator import NODE
+from k8s_support import job_of
 
 from daemon.errors import LaunchError
 
@@ -61,7 +62,8 @@ def test_a_forbidden_create_ends_that_attempt_with_a_launch_error(cluster, launc
     run_id = submit()
     store.claim_for_launch(run_id, launcher="k8s")
     cluster.fail("post", "/apis/batch/v1/namespaces/ml/jobs", times=1, payload=403)
-    with pytest.raises(LaunchError, match=r"cannot create Job ml/rngd-1-a1: create_job: 403"):
+    with pytest.raises(LaunchError, match=rf"cannot create Job ml/{job_of(store, run_id, 1)}: "
+                                          r"create_job: 403"):
         launcher.launch(store.run(run_id))
     assert launcher.client.calls["create_job"] == 1  # a 4xx is not retried
 

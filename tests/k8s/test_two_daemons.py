@@ -15,21 +15,18 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from k8s_emulator import LEASES, NODE, NS
-from k8s_support import IMAGE, end_line, start_line, step_line
+from k8s_support import IMAGE, DaemonProcesses, end_line, start_line, step_line
 
 from daemon.launchers.k8s import jobspec
 from daemon.scheduling import replicas
 
-REPO = Path(__file__).resolve().parents[2]
 LEASE = "rngdctl-daemon"
 LEASE_S, RENEW_S, TICK = 4.0, 3.0, 0.2
 STEPS = 3
@@ -50,40 +47,18 @@ def _kubeconfig(cluster, tmp_path, pod: str) -> Path:
     return path
 
 
-class Replicas:
-    """The two daemon processes; each one's stderr goes to a file (a pipe could fill up)."""
-
-    def __init__(self, cluster, home, tmp_path):
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.logs = {pod: tmp_path / f"{pod}.log" for pod in PODS}
-        for pod in PODS:
-            env = {**os.environ, "POD_NAME": pod,
-                   "KUBECONFIG": str(_kubeconfig(cluster, tmp_path, pod))}
-            with self.logs[pod].open("w") as log:
-                self.procs[pod] = subprocess.Popen(
-                    [sys.executable, "-m", "rngdctl", "--home", str(home.path), "daemon",
-                     "--launcher", "k8s", "--context", "emu", "--tick", str(TICK),
-                     "--exit-when-idle"],
-                    cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
-
-    def log(self, pod: str) -> str:
-        return self.logs[pod].read_text()[-3000:]
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-
-
 @pytest.fixture
 def two(cluster, home, tmp_path):
     home.config_path.write_text(
+        f"[daemon]\ntick = {TICK}\n"
         f'[k8s]\nnamespace = "{NS}"\nnode = "{NODE}"\nimage = "{IMAGE}"\n'
         f"leader_election = true\nlease_duration = {LEASE_S}\nrenew_deadline = {RENEW_S}\n")
     cluster.kmock.autopilot = _lines
     cluster.kmock.autopilot_hold = True  # a run's pod runs until the test releases it
-    pair = Replicas(cluster, home, tmp_path)
+    pair = DaemonProcesses(
+        home, PODS, tmp_path,
+        lambda pod: {"KUBECONFIG": str(_kubeconfig(cluster, tmp_path, pod))},
+        argv=("--context", "emu", "--tick", str(TICK)))
     yield pair
     pair.close()
 

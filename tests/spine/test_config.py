@@ -50,6 +50,7 @@ def test_every_number_out_of_its_range_is_one_line_naming_the_key(section, name,
     ("[k8s]\ndefault_deadline = 99999999999\n", "[k8s] default_deadline must be > 0 and at"),
     ("[daemon]\ncancel_grace = 'soon'\n", "[daemon] cancel_grace must be a number"),
     ("[k8s]\nmax_attempts = 2.5\n", "[k8s] max_attempts must be an integer, got 2.5"),
+    ("[daemon]\nstop_grace_s = 1e19\n", "[daemon] stop_grace_s must be at most 2147483647"),
     ('[k8s]\npull_policy = "Sometimes"\n',
      "[k8s] pull_policy must be Always, IfNotPresent or Never, got 'Sometimes'"),
     ('[k8s]\nseccomp_profile = "Off"\n', ("[k8s] seccomp_profile must be Unconfined, "

@@ -5,9 +5,14 @@ their pods (one list call for the pods bound to its node) and, where
 furiosa-smi's binding is installed, each card's readings (daemon/probes/smi.py: alive,
 temperature, power, utilization since the last tick, memory, throttling); then it
 writes them with a heartbeat into its ConfigMap ``rngdctl-agent-<node>``
-(one patch, or a create the first time). No port and no protocol of our own:
-the daemon lists the ConfigMaps. The memory of idle card pods (phantoms)
+(one patch, or a create the first time) in the agents' own namespace (``[k8s]
+agent_namespace``: privileged, apart from the Jobs'). No port and no protocol of our
+own: the daemon lists the ConfigMaps. The memory of idle card pods (phantoms)
 travels in the ConfigMap, so a restarted agent keeps it.
+
+Its rights are create and patch of ConfigMaps there, and deploy/agent-daemonset.yaml's
+admission policy holds each agent to its own node's ConfigMap (its token names its
+node); it needs no get: an empty patch answers with the ConfigMap as it is.
 """
 
 from __future__ import annotations
@@ -66,10 +71,11 @@ class Agent:
         }
 
     def _restore(self) -> None:
-        """Read the idle-pod memory back from our ConfigMap (once, after a restart)."""
+        """Read the idle-pod memory back from our ConfigMap (once, after a restart): an
+        empty merge patch, which answers with it as it is (None: there is none yet)."""
         if self._idle is not None:
             return
-        mine = self.client.read_configmap(self.namespace, self.name)
+        mine = self.client.patch_configmap(self.namespace, self.name, {})
         agent = nodes.parse_agent(mine) if mine else None
         self._idle = dict(agent.idle_since) if agent else {}
 

@@ -20,8 +20,8 @@ class AgentsMixin:
         states = nodes.node_states(
             self.client.list_nodes(),
             self.client.list_live_pods() if live is None else live,
-            self.client.list_configmaps(self.ns, nodes.AGENT_LABELS) if configmaps is None
-            else configmaps)
+            self._list_agents() if configmaps is None else configmaps,
+            self.k8s.card_resource)
         self._shared["agent_readings"] = [state.agent for state in states if state.agent]
         self._listed = {state.name: state.node for state in states}
         self._readings = {state.name: state.agent for state in states if state.agent}
@@ -38,8 +38,12 @@ class AgentsMixin:
             return self._shared["agent_readings"]
         configmaps = self._shared.get("agents")
         if configmaps is None:
-            configmaps = self.client.list_configmaps(self.ns, nodes.AGENT_LABELS)
+            configmaps = self._list_agents()
         return [a for a in map(nodes.parse_agent, configmaps) if a is not None]
+
+    def _list_agents(self) -> list[dict]:
+        """The agents' ConfigMaps (1 list call), in their own namespace."""
+        return self.client.list_configmaps(self.k8s.agent_namespace, nodes.AGENT_LABELS)
 
     def node_verdicts(self, run: dict) -> list[tuple[nodes.NodeState, list]]:
         """Each node's gates for ``run`` (agent, load, holders, cards, our runs there)."""
@@ -47,7 +51,8 @@ class AgentsMixin:
         active = self.store.active_runs()
         return [(state, nodes.node_gates(state, cards=int(run["config"]["cards"]),
                                          load_max=self.config.gates.load_max, active=active,
-                                         now=now, per_node=self.runs_per_node or 1,
+                                         now=now, home=self.home_id,
+                                         per_node=self.runs_per_node or 1,
                                          max_temp_c=self.config.gates.max_temp_c))
                 for state in self.node_states()]
 
@@ -84,8 +89,8 @@ class AgentsMixin:
         ours = {r["id"] for r in self.store.active_runs()}
         return ClusterReading(
             state.cards_free, state.cards_detail, present, image_detail,
-            host=nodes.agent_host(agent, ours) if agent else None,
-            holders=nodes.foreign_holders(agent, ours) if agent else (),
+            host=nodes.agent_host(agent, ours, self.home_id) if agent else None,
+            holders=nodes.foreign_holders(agent, ours, self.home_id) if agent else (),
             extra=(gates[0], nodes.summary_gate(verdicts, state)),
             node=state.name, per_node=self.runs_per_node or 1,
             card_reading=nodes.agent_cards(agent) if agent else None)

@@ -256,6 +256,18 @@ class K8sClient:
         return [p for p in found.get("items") or []
                 if (p.get("spec") or {}).get("nodeName") == node]
 
+    def list_resource_slices(self, driver: str) -> list[dict] | None:
+        """The DRA ResourceSlices of ``driver`` (cluster-wide); None where the API does not
+        serve resource.k8s.io/v1 (no DRA)."""
+        found = self._request("list_resource_slices", "GET",
+                              "/apis/resource.k8s.io/v1/resourceslices",
+                              query=[("fieldSelector", f"spec.driver={driver}")],
+                              absent_ok=True)
+        if found is None:
+            return None
+        return [s for s in found.get("items") or []
+                if (s.get("spec") or {}).get("driver") == driver]
+
     def access_review(self, *, verb: str, resource: str, namespace: str | None = None,
                       group: str = "", subresource: str | None = None,
                       name: str | None = None) -> tuple[bool, str]:
@@ -362,17 +374,13 @@ class K8sClient:
                               query=[("labelSelector", _selector(labels))])
         return [c for c in found.get("items") or [] if _label_match(c, labels)]
 
-    def read_configmap(self, namespace: str, name: str) -> dict | None:
-        return self._request("read_configmap", "GET",
-                             f"/api/v1/namespaces/{namespace}/configmaps/{name}",
-                             absent_ok=True)
-
     def create_configmap(self, namespace: str, body: dict) -> dict:
         return self._request("create_configmap", "POST",
                              f"/api/v1/namespaces/{namespace}/configmaps", body=body)
 
     def patch_configmap(self, namespace: str, name: str, changes: dict) -> dict | None:
-        """A JSON merge patch; None when the ConfigMap does not exist."""
+        """A JSON merge patch; None when the ConfigMap does not exist. The answer is the
+        ConfigMap as patched (``{}``: as it is)."""
         return self._request("patch_configmap", "PATCH",
                              f"/api/v1/namespaces/{namespace}/configmaps/{name}",
                              body=changes, absent_ok=True,

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 
 from daemon.launchers.k8s.jobspec import CARD_RESOURCES, RESOURCE
 
+#: The device plugin's partitioned resources and their units in one card: an RNGD card's 8
+#: cores and 48 GB cut into 4 of 2 cores and 12 GB, or 2 of 4 cores and 24 GB.
+PARTITIONS = {"furiosa.ai/rngd-2core.12gb": 4, "furiosa.ai/rngd-4core.24gb": 2}
+#: Furiosa's DRA driver: its ResourceSlices publish the cards instead of the device plugin.
+DRA_DRIVER = "npu.furiosa.ai"
+
 #: Waiting reasons that mean the image cannot be pulled (the pod stays Pending
 #: forever, holding its cards, and no Job failure policy ever fires).
 PULL_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
@@ -51,13 +57,28 @@ def allocatable_cards(node: dict, configured: str | None = None) -> int | None:
     return _quantity(alloc[resource]) if resource in alloc else None
 
 
+def partitions(node: dict) -> dict[str, int]:
+    """The partitioned card resources the node offers, and how many units of each."""
+    alloc = ((node.get("status") or {}).get("allocatable") or {})
+    found = {r: _quantity(alloc[r]) for r in PARTITIONS if r in alloc}
+    return {r: n for r, n in found.items() if n > 0}
+
+
 def no_cards_message(node: dict, configured: str | None = None) -> str:
-    """Why a node shows no cards: the resource looked for, and the DRA alternative."""
+    """Why a node shows no cards: the resource looked for; its cards cut into partitions,
+    or the DRA alternative."""
     name = (node.get("metadata") or {}).get("name", "?")
     wanted = configured or ", ".join(CARD_RESOURCES)
+    parts = partitions(node)
+    if parts:
+        offered = "; ".join(f"{n} {r} ({n / PARTITIONS[r]:g} cards)" for r, n in parts.items())
+        return (f"node {name}'s cards are partitioned: {offered}; a run's --cards are whole "
+                f"cards ({wanted}): set [k8s] card_resource = \"{next(iter(parts))}\" to "
+                f"count them in that partition unit, or serve whole cards on this node")
     return (f"node {name} has no allocatable {wanted} (Furiosa device plugin not running? "
-            "the alpha DRA driver publishes npu.furiosa.ai ResourceSlices instead, which "
-            "rngdctl does not read: set [k8s] card_resource or run the device plugin)")
+            f"the DRA driver publishes {DRA_DRIVER} ResourceSlices instead, and rngdctl "
+            "places no DRA claims: set [k8s] card_resource or run the device plugin; "
+            "rngdctl doctor checks for them)")
 
 
 def container_cards(container: dict, resource: str | None = None) -> int:

@@ -13,16 +13,21 @@ from daemon.home import Config
 from daemon.launchers.k8s import cluster as readings
 from daemon.launchers.k8s.jobspec import CARD_RESOURCES
 
-#: (verb, resource, subresource, group, namespaced): what the daemon does.
+#: Where a permission is asked when it is not the Jobs' namespace (True) or the cluster
+#: (False): the agents' own namespace, ``[k8s] agent_namespace``.
+AGENTS = "agents"
+
+#: (verb, resource, subresource, group, namespaced): what the daemon does. No watch: the
+#: daemon reads by list and get each tick.
 PERMISSIONS = [
-    *[(verb, "jobs", None, "batch", True) for verb in ("create", "get", "list", "watch",
-                                                       "delete")],
-    *[(verb, "pods", None, "", True) for verb in ("get", "list", "watch", "create", "delete")],
+    *[(verb, "jobs", None, "batch", True) for verb in ("create", "get", "list", "delete")],
+    *[(verb, "pods", None, "", True) for verb in ("get", "list", "create", "delete")],
     ("get", "pods", "log", "", True),
     ("get", "nodes", None, "", False),
     ("list", "nodes", None, "", False),
     ("list", "pods", None, "", False),  # pods of every namespace on the node: cards in use
-    ("list", "configmaps", None, "", True),  # the node agents' readings
+    ("list", "configmaps", None, "", AGENTS),  # the node agents' readings
+    ("list", "resourceslices", None, "resource.k8s.io", False),  # doctor: cards under DRA
     ("get", "persistentvolumeclaims", None, "", True),  # [k8s] output_volume exists
     # Leader election between replicas (daemon/launchers/k8s/leader.py): create the Lease, and
     # get/update only the one named [k8s] lease_name (RBAC resourceNames).
@@ -33,9 +38,10 @@ PERMISSIONS = [
 #: Verbs that RBAC grants on one named object: the access review names it.
 NAMED = {("leases", "get"), ("leases", "update")}
 
-#: What ``rngdctl agent`` does: write its own ConfigMap, list the pods on its node.
+#: What ``rngdctl agent`` does: write its own ConfigMap (create once, then patch; the
+#: agents' admission policy holds it to its node's), list the pods on its node.
 AGENT_PERMISSIONS = [
-    *[(verb, "configmaps", None, "", True) for verb in ("get", "create", "patch")],
+    *[(verb, "configmaps", None, "", AGENTS) for verb in ("create", "patch")],
     ("list", "pods", None, "", False),
 ]
 
@@ -103,21 +109,25 @@ def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> 
 
     for verb, resource, sub, group, namespaced in permissions:
         what = resource + (f"/{sub}" if sub else "")
-        where = f"in namespace {k8s.namespace}" if namespaced else "cluster-wide"
+        namespace = (k8s.agent_namespace if namespaced == AGENTS
+                     else k8s.namespace if namespaced else None)
+        where = f"in namespace {namespace}" if namespace else "cluster-wide"
         name = k8s.lease_name if (resource, verb) in NAMED else None
         if name:
             what += f" {name}"
         try:
             allowed, reason = client.access_review(
                 verb=verb, resource=resource, group=group, subresource=sub,
-                namespace=k8s.namespace if namespaced else None, name=name)
+                namespace=namespace, name=name)
         except K8sError as exc:
             out.append(Check(f"may {verb} {what}", False, str(exc), "see the API check"))
             continue
-        fix = ("kubectl apply -f deploy/rbac.yaml (" + (
-            "Role rngdctl-agent for its ConfigMap, ClusterRole rngdctl-agent for pods)" if agent
-            else "Role for jobs, pods, configmaps and the Lease, ClusterRole for nodes and "
-                 "pods; a [k8s] lease_name other than rngdctl-daemon goes in its resourceNames)"))
+        fix = ("kubectl apply -f deploy/agent-daemonset.yaml (Role rngdctl-agent for its "
+               "ConfigMap in the agents' namespace, ClusterRole rngdctl-agent for pods)" if agent
+               else "kubectl apply -f deploy/rbac.yaml (Role for jobs, pods and the Lease, "
+                    "Role rngdctl-agent-readings for the agents' ConfigMaps, ClusterRole for "
+                    "nodes, pods and ResourceSlices; a [k8s] lease_name other than "
+                    "rngdctl-daemon goes in its resourceNames)")
         out.append(Check(f"may {verb} {what}", allowed,
                          f"{where}" + (f": {reason}" if reason else ""), "" if allowed else fix))
     if agent:
@@ -142,10 +152,11 @@ def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> 
                             "kubectl get nodes; set [k8s] node in config.toml")]
     cards = readings.allocatable_cards(node, k8s.card_resource)
     resource = readings.card_resource(node, k8s.card_resource)
+    out.append(_dra_check(client, node_name))
     out.append(Check("node", bool(cards),
                      f"{node_name}: {cards} allocatable {resource}" if cards
                      else readings.no_cards_message(node, k8s.card_resource),
-                     "" if cards else "install the Furiosa device plugin on the node"))
+                     "" if cards else _no_cards_fix(node)))
     listed = readings.image_listed(node, k8s.image)
     out.append(Check("image", listed,
                      f"{k8s.image} is on {node_name}" if listed
@@ -154,6 +165,40 @@ def _api_checks(client, config: Config, permissions, *, agent: bool = False) -> 
                                        "it on the node now"))
     out.append(_output_check(client, k8s))
     return out
+
+
+def _no_cards_fix(node: dict) -> str:
+    if readings.partitions(node):
+        return ("set the Furiosa device plugin to whole cards on this node, or [k8s] "
+                "card_resource to its partition resource")
+    return "install the Furiosa device plugin on the node"
+
+
+def _dra_check(client, node_name: str) -> Check:
+    """Whether Furiosa's DRA driver publishes cards, and on the launch node: rngdctl places
+    no DRA claims, and a card DRA gives a pod is one its gate cannot see."""
+    from daemon.launchers.k8s.client import K8sError
+
+    driver = readings.DRA_DRIVER
+    try:
+        slices = client.list_resource_slices(driver)
+    except K8sError as exc:
+        return Check("DRA", False, str(exc), "see the permission checks")
+    if not slices:
+        served = "no" if slices is not None else "the API serves no resource.k8s.io/v1, so no"
+        return Check("DRA", True, f"{served} {driver} ResourceSlices: the cards are the "
+                                  f"device plugin's")
+    where = sorted({(s.get("spec") or {}).get("nodeName") or "every node" for s in slices})
+    devices = sum(len((s.get("spec") or {}).get("devices") or []) for s in slices)
+    here = node_name in where or "every node" in where
+    detail = (f"{len(slices)} {driver} ResourceSlice(s), {devices} device(s), on "
+              f"{', '.join(where[:4])}{' ...' if len(where) > 4 else ''}: rngdctl places no "
+              f"DRA claims (its Jobs ask the device plugin's resource)")
+    if here:
+        detail += f", and on {node_name} a card DRA allocates is not seen by its gates"
+    return Check("DRA", not here, detail,
+                 f"run rngdctl's Jobs on nodes the device plugin serves, not {node_name}"
+                 if here else "")
 
 
 def _output_check(client, k8s) -> Check:

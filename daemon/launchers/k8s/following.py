@@ -21,7 +21,6 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 
-from daemon.gates import nodes
 from daemon.launchers.base import Outcome
 from daemon.launchers.k8s import cluster, jobspec
 from daemon.launchers.k8s.client import K8sRejected
@@ -29,7 +28,9 @@ from daemon.launchers.k8s.logs import LogCursor
 from daemon.store import CANCELLED, DONE, FAILED
 from trainer.ownership import open_regular
 
-#: Our Jobs and pods (pre-pull pods too: they carry no run's Job label, and are left out).
+#: Our Jobs and pods (pre-pull pods too: they carry no run's Job label, and are left out),
+#: every home's: one made before homes had an id carries none, and is matched by the name
+#: this home stored (``jobspec.another_homes``).
 OURS = {jobspec.MANAGED_BY: jobspec.MANAGER}
 #: What one tick reads of a pod's log at most (``limitBytes``): a trainer that writes
 #: faster is read on in the next ticks, so that every tick ends and acts on cancels and
@@ -49,14 +50,16 @@ class Seen:
     job_listed: bool = True
 
 
-def _by_job(pods: list[dict], namespace: str) -> dict[str, list[dict]]:
-    """Our pods in ``namespace`` by the Job they belong to (our Job label)."""
+def _by_job(pods: list[dict], namespace: str, home: str) -> dict[str, list[dict]]:
+    """Our pods in ``namespace`` by the Job they belong to (our Job label); another home's
+    are left out, whatever their Job's name."""
     out: dict[str, list[dict]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
         if meta.get("namespace", namespace) != namespace \
-                or labels.get(jobspec.MANAGED_BY) != jobspec.MANAGER:
+                or labels.get(jobspec.MANAGED_BY) != jobspec.MANAGER \
+                or jobspec.another_homes(pod, home):
             continue
         job = labels.get(jobspec.JOB_LABEL)
         if job:
@@ -98,9 +101,10 @@ class FollowMixin:
         if self.k8s.agents:
             live = self.client.list_live_pods()
             self._shared["live_pods"] = live  # the gate check's list this tick
-            by_job, complete = _by_job(live, self.ns), False
+            by_job, complete = _by_job(live, self.ns, self.home_id), False
         else:
-            by_job, complete = _by_job(self.client.list_pods(self.ns, OURS), self.ns), True
+            by_job = _by_job(self.client.list_pods(self.ns, OURS), self.ns, self.home_id)
+            complete = True
         seen: dict[str, Seen] = {}
         rest = []
         for run in runs:
@@ -110,10 +114,11 @@ class FollowMixin:
             else:
                 rest.append(run["job_name"])
         if rest and not complete:  # the live list leaves out the pods that ended
-            by_job = _by_job(self.client.list_pods(self.ns, OURS), self.ns)
+            by_job = _by_job(self.client.list_pods(self.ns, OURS), self.ns, self.home_id)
         need = [name for name in rest if self._needs_job(by_job.get(name, []))]
         jobs = {(j.get("metadata") or {}).get("name"): j
-                for j in self.client.list_jobs(self.ns, OURS)} if need else {}
+                for j in self.client.list_jobs(self.ns, OURS)
+                if not jobspec.another_homes(j, self.home_id)} if need else {}
         for name in rest:
             if name in need:
                 job = jobs.get(name)
@@ -124,7 +129,7 @@ class FollowMixin:
         if self.k8s.agents and any(not self.state.run(r["id"]).get("checked") for r in running):
             # A run before its first step gets the foreign-holder check, from its node's
             # agent: one list for them all, which the gate check then reads too.
-            self._shared["agents"] = self.client.list_configmaps(self.ns, nodes.AGENT_LABELS)
+            self._shared["agents"] = self._list_agents()
         return seen
 
     @staticmethod

@@ -100,7 +100,7 @@ class HoldersMixin:
                 ours.append(held)
             elif row.pod is None and row.pod_note and not row.orphan:
                 (foreign if row.pid in before else ours).append(held)
-            elif row.run is None or row.run not in others:
+            elif not row.ours(others, self.home_id):
                 foreign.append(held)
         return ours, foreign
 
@@ -111,7 +111,7 @@ class HoldersMixin:
             return None
         configmaps = self._shared.get("agents")
         if configmaps is None:
-            configmaps = self.client.list_configmaps(self.ns, nodes.AGENT_LABELS)
+            configmaps = self._list_agents()
         readings = [r for r in map(nodes.parse_agent, configmaps)
                     if r is not None and r.node == node]
         return max(readings, key=lambda r: r.heartbeat) if readings else None

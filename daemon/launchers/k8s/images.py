@@ -18,8 +18,8 @@ class ImagesMixin:
 
     def _take_over_prepulls(self, node: str | None) -> None:
         """``node`` None (agents): our pre-pull pods on every node."""
-        pods = self.client.list_pods(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER,
-                                               jobspec.STAGE_LABEL: jobspec.PREPULL})
+        pods = self.client.list_pods(self.ns, jobspec.selector(
+            self.home_id, {jobspec.STAGE_LABEL: jobspec.PREPULL}))
         for pod in pods:
             spec = pod.get("spec") or {}
             image = (spec.get("containers") or [{}])[0].get("image")
@@ -83,12 +83,13 @@ class ImagesMixin:
     def _prepull(self, run: dict, node: str, image: str, why: str,
                  facts: dict) -> tuple[bool, str]:
         """Start, watch and clean up the pre-pull pod for ``image`` (no card requested)."""
-        name = jobspec.prepull_name(image, node)
+        name = jobspec.prepull_name(image, node, home=self.home_id)
         run_id = run.get("id")
         # Read the pod only once we know it exists: a new pre-pull is one create call.
         pod = self.client.read_pod(self.ns, name) if "prepull" in facts else None
         if pod is None:
-            body = jobspec.prepull_pod(self.k8s, name=name, node=node, image=image, run_id=run_id)
+            body = jobspec.prepull_pod(self.k8s, name=name, node=node, image=image,
+                                       run_id=run_id, home=self.home_id)
             try:
                 self.client.create_pod(self.ns, body)
             except K8sConflict:

@@ -56,7 +56,7 @@ class JobsMixin:
         return True
 
     def _create_job(self, run: dict, node: str, stage: str) -> str:
-        name = jobspec.job_name(run, stage)
+        name = jobspec.job_name(run, stage, home=self.home_id)
         image = self._image(run)
         command = "compile" if stage == jobspec.COMPILE else "train"
         argv = trainer_argv(run, log_path=None, python="python", cache_dir=self.k8s.cache_dir,
@@ -65,15 +65,17 @@ class JobsMixin:
                             home_id=self.store.home_id,
                             output_mode=self.config.daemon.output_mode)
         body = jobspec.job(run, self.k8s, name=name, node=node, image=image, argv=argv,
-                           stage=stage, resource=self._card_resource(node),
+                           home=self.home_id, stage=stage, resource=self._card_resource(node),
                            grace_s=self.config.daemon.stop_grace_s)
         try:
             self.client.create_job(self.ns, body)
         except K8sConflict:
             existing = self.client.read_job(self.ns, name) or {}
             labels = (existing.get("metadata") or {}).get("labels") or {}
-            if labels.get(jobspec.RUN_LABEL) != str(run["id"]):
-                raise LaunchError(f"Job {self.ns}/{name} exists and is not this run's") from None
+            if not jobspec.ours(existing, self.home_id) \
+                    or labels.get(jobspec.RUN_LABEL) != str(run["id"]):
+                raise LaunchError(f"Job {self.ns}/{name} exists and is not this run's "
+                                  f"(of this home, {self.home_id})") from None
             self.store.add_event(run["id"], "adopt", f"Job {name} already existed: adopted",
                                  now=self.clock(), data=self._job_data(existing, stage))
             return name
@@ -103,7 +105,7 @@ class JobsMixin:
             "job": meta.get("name"),
             "namespace": meta.get("namespace"),
             "stage": stage,
-            "node": (pod.get("nodeSelector") or {}).get(jobspec.HOSTNAME_LABEL),
+            "node": jobspec.pinned_node(pod),
             "image": container.get("image"),
             "cards": cluster.container_cards(container),
             "activeDeadlineSeconds": spec.get("activeDeadlineSeconds"),
@@ -140,8 +142,9 @@ class JobsMixin:
         Only this attempt's names count: an earlier attempt's Job that outlived
         its requeue is not the one the daemon was launching.
         """
-        ours = {jobspec.job_name(run, stage) for stage in (jobspec.TRAIN, jobspec.COMPILE)}
-        jobs = self.client.list_jobs(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER,
-                                               jobspec.RUN_LABEL: str(run["id"])})
+        ours = {jobspec.job_name(run, stage, home=self.home_id)
+                for stage in (jobspec.TRAIN, jobspec.COMPILE)}
+        jobs = self.client.list_jobs(self.ns, jobspec.selector(
+            self.home_id, {jobspec.RUN_LABEL: str(run["id"])}))
         job = cluster.newest([j for j in jobs if (j.get("metadata") or {}).get("name") in ours])
         return job["metadata"]["name"] if job else None

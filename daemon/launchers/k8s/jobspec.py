@@ -2,7 +2,10 @@
 
 Names follow DNS-1123 (lower-case letters, digits and '-', at most 63
 characters, starting and ending with a letter or digit); label values are
-cut the same way.
+cut the same way. Every object carries its home's id (``Store.home_id``): in
+the label ``app.kubernetes.io/instance`` whole, in the name its first
+``HOME_IN_NAME`` characters, so that two homes sharing a namespace never take
+each other's Jobs and pods (``ours``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ MANAGER = "rngdctl"
 RUN_LABEL = "rngdctl.io/run-id"
 STAGE_LABEL = "rngdctl.io/stage"
 JOB_LABEL = "rngdctl.io/job"
+#: The home a Job, pod or Lease belongs to: its whole ``Store.home_id``.
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+#: Characters of the home's id in a name: enough that two homes' names do not meet (a
+#: meeting is a 409 that the label then refuses, never an adoption).
+HOME_IN_NAME = 8
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 CONTAINER = "trainer"
 
@@ -38,9 +46,9 @@ def dns_name(text: str, limit: int = MAX_NAME) -> str:
     return name or "x"
 
 
-def job_name(run: dict, stage: str = TRAIN) -> str:
-    """``rngd-<id>-a<attempt>[-compile][-<run name>]``, at most 63 characters."""
-    head = f"rngd-{run['id']}-a{run.get('attempts') or 0}"
+def job_name(run: dict, stage: str = TRAIN, *, home: str) -> str:
+    """``rngd-<id>-a<attempt>-<home>[-compile][-<run name>]``, at most 63 characters."""
+    head = f"rngd-{run['id']}-a{run.get('attempts') or 0}-{home[:HOME_IN_NAME]}"
     if stage != TRAIN:
         head += f"-{stage}"
     name = run.get("name") or (run.get("config") or {}).get("name")
@@ -51,18 +59,61 @@ def job_name(run: dict, stage: str = TRAIN) -> str:
     return f"{head}-{slug}" if slug and slug != "x" else head
 
 
-def prepull_name(image: str, node: str) -> str:
-    """One pre-pull pod per (image, node): a stable name, so a second one is never made."""
-    digest = hashlib.sha256(f"{node}\0{image}".encode()).hexdigest()[:10]
+def prepull_name(image: str, node: str, *, home: str) -> str:
+    """One pre-pull pod per (image, node) of a home: a stable name, so a second one is
+    never made."""
+    digest = hashlib.sha256(f"{node}\0{image}\0{home}".encode()).hexdigest()[:10]
     tail = dns_name(image.rsplit("/", 1)[-1], 30)
     return dns_name(f"rngd-prepull-{tail}-{digest}")
 
 
-def labels(run_id: int | None, stage: str, name: str) -> dict[str, str]:
-    out = {MANAGED_BY: MANAGER, STAGE_LABEL: stage, JOB_LABEL: name}
+def labels(run_id: int | None, stage: str, name: str, *, home: str) -> dict[str, str]:
+    out = {MANAGED_BY: MANAGER, INSTANCE_LABEL: home, STAGE_LABEL: stage, JOB_LABEL: name}
     if run_id is not None:
         out[RUN_LABEL] = str(run_id)
     return out
+
+
+def selector(home: str, more: dict[str, str] | None = None) -> dict[str, str]:
+    """The labels that select a home's objects (and ``more``)."""
+    return {MANAGED_BY: MANAGER, INSTANCE_LABEL: home, **(more or {})}
+
+
+def ours(obj: dict | None, home: str) -> bool:
+    """Whether a Job, pod or Lease is this home's: rngdctl's, with this home's id."""
+    found = ((obj or {}).get("metadata") or {}).get("labels") or {}
+    return found.get(MANAGED_BY) == MANAGER and found.get(INSTANCE_LABEL) == home
+
+
+def another_homes(obj: dict | None, home: str) -> bool:
+    """Whether an object of ours carries another home's id. One without an id was made
+    before homes had one, by a name this home stored: its name is what matches it."""
+    found = ((obj or {}).get("metadata") or {}).get("labels") or {}
+    return found.get(INSTANCE_LABEL, home) != home
+
+
+def node_affinity(node: str) -> dict:
+    """The pod goes to the node named ``node``: a match on the Node's ``metadata.name``.
+
+    Not a nodeSelector on ``kubernetes.io/hostname``: that label may differ from the
+    name (the pod is then Unschedulable for ever), and a label value has at most 63
+    characters where a node name has 253 (the Job is then refused, 422).
+    """
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}}
+
+
+def pinned_node(pod_spec: dict) -> str | None:
+    """The node a pod spec pins its pod to (``node_affinity``; a Job made before it, its
+    hostname nodeSelector)."""
+    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and len(field.get("values") or []) == 1:
+                return field["values"][0]
+    return (pod_spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL)
 
 
 def _env(k8s, run_id: int) -> list[dict]:
@@ -153,7 +204,7 @@ def _resources(k8s, cards: int, resource: str) -> dict:
     return out
 
 
-def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str],
+def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str], home: str,
         stage: str = TRAIN, resource: str = RESOURCE, grace_s: float | None = None) -> dict:
     """A ``batch/v1`` Job that runs ``argv`` once on ``node``; the compile stage asks no card.
 
@@ -171,7 +222,7 @@ def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str],
     if stage == TRAIN:
         out_volumes, out_mounts = _output_volume(k8s)
         pod_volumes, mounts = pod_volumes + out_volumes, mounts + out_mounts
-    tags = labels(run["id"], stage, name)
+    tags = labels(run["id"], stage, name, home=home)
     container = {
         "name": CONTAINER,
         "image": image,
@@ -184,7 +235,9 @@ def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str],
         container["volumeMounts"] = mounts
     pod_spec: dict = {
         "restartPolicy": "Never",
-        "nodeSelector": {HOSTNAME_LABEL: node},
+        "affinity": node_affinity(node),
+        # The trainer never calls the API: no token in its pod for it to leak.
+        "automountServiceAccountToken": False,
         "containers": [container],
     }
     if pod_volumes:
@@ -212,7 +265,8 @@ def job(run: dict, k8s, *, name: str, node: str, image: str, argv: list[str],
     }
 
 
-def prepull_pod(k8s, *, name: str, node: str, image: str, run_id: int | None) -> dict:
+def prepull_pod(k8s, *, name: str, node: str, image: str, run_id: int | None,
+                home: str) -> dict:
     """A pod that asks for no card, runs ``image`` with a trivial command, and ends.
 
     It is bound to ``node`` directly (``nodeName``), so the kubelet there pulls
@@ -222,10 +276,11 @@ def prepull_pod(k8s, *, name: str, node: str, image: str, run_id: int | None) ->
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": k8s.namespace,
-                     "labels": labels(run_id, PREPULL, name)},
+                     "labels": labels(run_id, PREPULL, name, home=home)},
         "spec": {
             "restartPolicy": "Never",
             "nodeName": node,
+            "automountServiceAccountToken": False,
             "activeDeadlineSeconds": int(k8s.prepull_timeout),
             "containers": [{
                 "name": "prepull",

@@ -79,6 +79,11 @@ class K8sLauncher(FollowMixin, OutcomesMixin, JobsMixin, ImagesMixin, HoldersMix
     def ns(self) -> str:
         return self.k8s.namespace
 
+    @property
+    def home_id(self) -> str:
+        """This home's id: every Job, pod and Lease of ours carries it (jobspec.ours)."""
+        return self.store.home_id
+
     def _api_event(self, kind: str, message: str) -> None:
         self.store.add_event(self._run_id, kind, message, now=self.clock())
 
@@ -146,7 +151,7 @@ class K8sLauncher(FollowMixin, OutcomesMixin, JobsMixin, ImagesMixin, HoldersMix
                                  now=self.clock())
         try:
             node = None if self.k8s.agents else self.node()  # agents: every node is ours
-            jobs = self.client.list_jobs(self.ns, {jobspec.MANAGED_BY: jobspec.MANAGER})
+            jobs = self.client.list_jobs(self.ns, jobspec.selector(self.home_id))
         except K8sUnavailable as exc:
             self._down(None, exc)
             return
@@ -227,8 +232,8 @@ class K8sLauncher(FollowMixin, OutcomesMixin, JobsMixin, ImagesMixin, HoldersMix
         try:
             name = self._create_job(run, node, stage)
         except (K8sError, ConfigError) as exc:
-            raise LaunchError(f"cannot create Job {self.ns}/{jobspec.job_name(run, stage)}: "
-                              f"{exc}") from None
+            name = jobspec.job_name(run, stage, home=self.home_id)
+            raise LaunchError(f"cannot create Job {self.ns}/{name}: {exc}") from None
         # A daemon killed here left a Job the store does not name: recover() finds it by
         # its run-id label and this attempt's name, and adopts it.
         faults.point("after_spawn")

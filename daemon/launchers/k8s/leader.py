@@ -17,6 +17,9 @@ the way client-go's leaderelection package does it:
 - One write per tick while leading: ``fence()`` right before a launch (a
   leader that lost the Lease mid-tick gets 409 there and launches nothing),
   else ``renew()`` at the tick's end.
+- The Lease carries its home's id (``app.kubernetes.io/instance``): a Lease
+  of another home's (two homes in one namespace, one ``[k8s] lease_name``) is
+  never taken, expired or not; the replica stays a standby saying so.
 
 Every method answers with a bool and keeps the reason in ``note``; an API
 failure never raises out of here (the client has its own timeouts).
@@ -54,7 +57,7 @@ class LeaderElector:
     """One replica's view of the Lease. ``clock`` is monotonic; ``wall`` stamps the record."""
 
     def __init__(self, client: K8sClient, *, namespace: str, name: str, identity: str,
-                 lease_duration: float = 15.0, renew_deadline: float = 10.0,
+                 home: str, lease_duration: float = 15.0, renew_deadline: float = 10.0,
                  clock=time.monotonic, wall=time.time):
         if not 0 < renew_deadline < lease_duration:
             raise ValueError(f"renew_deadline ({renew_deadline}) must be above 0 and below "
@@ -63,6 +66,7 @@ class LeaderElector:
         self.namespace = namespace
         self.name = name
         self.identity = identity
+        self.home = home  # Store.home_id: the Lease's instance label
         self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
         self.clock = clock
@@ -136,6 +140,10 @@ class LeaderElector:
             return self._lost(f"cannot read the {self.where}: {exc}")
         if lease is None:
             return self._create()
+        if jobspec.another_homes(lease, self.home):
+            other = lease["metadata"]["labels"][jobspec.INSTANCE_LABEL]
+            return self._lost(f"the {self.where} is another rngdctl home's ({other}; this "
+                              f"home is {self.home}): set [k8s] lease_name to one of its own")
         self._observe(lease)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -149,7 +157,7 @@ class LeaderElector:
         now = micro_time(self.wall())
         body = {"apiVersion": API_VERSION, "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace,
-                             "labels": {jobspec.MANAGED_BY: jobspec.MANAGER}},
+                             "labels": jobspec.selector(self.home)},
                 "spec": {"holderIdentity": self.identity,
                          "leaseDurationSeconds": math.ceil(self.lease_duration),
                          "acquireTime": now, "renewTime": now, "leaseTransitions": 0}}
@@ -166,6 +174,9 @@ class LeaderElector:
     def _write(self, *, acquire: bool) -> bool:
         """PUT our renewal (or takeover) guarded by the resourceVersion we last saw."""
         body = copy.deepcopy(self._lease)
+        # A Lease made before homes had an id becomes this home's with its first write.
+        body.setdefault("metadata", {}).setdefault("labels", {}).update(
+            jobspec.selector(self.home))
         spec = dict(body.get("spec") or {})
         now = micro_time(self.wall())
         if acquire:

@@ -37,8 +37,10 @@ class Admin:
         self.tls.load_cert_chain(plane.pki / "admin.crt", plane.pki / "admin.key")
 
     def request(self, method: str, path: str, body: dict | None = None, *,
-                content_type: str = "application/json") -> dict | None:
-        """The answer's JSON; None for a 404."""
+                content_type: str = "application/json", warnings: list | None = None
+                ) -> dict | None:
+        """The answer's JSON; None for a 404. The API's warnings (``Warning`` headers) are
+        appended to ``warnings`` when given."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method,
                                      headers={"Content-Type": content_type,
@@ -47,6 +49,8 @@ class Admin:
             with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S,
                                         context=self.tls) as answer:
                 raw = answer.read()
+                if warnings is not None:
+                    warnings.extend(answer.headers.get_all("Warning") or [])
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return None
@@ -64,15 +68,17 @@ class Admin:
 
     # --- the node ---------------------------------------------------------------
 
-    def add_node(self, name: str, *, cards: int, images: list[str]) -> dict:
-        """A node kwok plays the kubelet of, with ``cards`` RNGD cards and ``images`` pulled;
-        returned once kwok has made it Ready."""
+    def add_node(self, name: str, *, cards: int, images: list[str],
+                 hostname: str | None = None) -> dict:
+        """A node kwok plays the kubelet of, with ``cards`` RNGD cards and ``images`` pulled,
+        its ``kubernetes.io/hostname`` label ``hostname`` (default: its name); returned once
+        kwok has made it Ready."""
         resources = {"cpu": "64", "memory": "512Gi", "pods": "110",
                      "furiosa.ai/rngd": str(cards)}
         self.request("POST", "/api/v1/nodes", {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "annotations": dict(FAKE_NODE), "labels": {
-                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "kubernetes.io/hostname": hostname or name, "kubernetes.io/os": "linux",
                 "furiosa.ai/npu.family": "rngd", "type": "kwok"}},
             "status": {"capacity": resources, "allocatable": resources,
                        "images": [{"names": images, "sizeBytes": 1 << 30}]}})

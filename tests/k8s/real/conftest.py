@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "deploy" / "k8s-test"))
 import k8s_binaries  # deploy/k8s-test/k8s_binaries.py: where the binaries are
 
-NS = "ml"  # deploy/'s namespace, and tests/k8s's config fixture's
+NS = "ml"  # deploy/'s namespace for the Jobs, and tests/k8s's config fixture's
+AGENTS_NS = "rngdctl-agents"  # deploy/agent-daemonset.yaml's: the agents, privileged
 NODE = "rngd-node-1"
 CARDS = 8
 OURS = "app.kubernetes.io%2Fmanaged-by%3Drngdctl"  # our Jobs' and pods' label, as a selector
@@ -76,9 +77,22 @@ def daemon_kubeconfig(plane, deployed, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def agent_kubeconfig(plane, deployed, tmp_path_factory) -> Path:
-    return plane.service_account_kubeconfig(NS, "rngdctl-agent",
-                                            tmp_path_factory.mktemp("sa") / "rngdctl-agent")
+def agent_pod(admin, deployed) -> str:
+    """The agent DaemonSet's pod on NODE: the DaemonSet controller made it, kwok runs it."""
+    def on_node():
+        pods = admin.items(f"/api/v1/namespaces/{AGENTS_NS}/pods?labelSelector="
+                           "app.kubernetes.io%2Fname%3Drngdctl-agent")
+        return next((p["metadata"]["name"] for p in pods
+                     if (p.get("spec") or {}).get("nodeName") == NODE), None)
+    return wait_for(on_node, f"the agent DaemonSet's pod on {NODE}")
+
+
+@pytest.fixture(scope="session")
+def agent_kubeconfig(plane, agent_pod, tmp_path_factory) -> Path:
+    """The agent's account, with the token the kubelet gives its pod (it names NODE)."""
+    return plane.service_account_kubeconfig(AGENTS_NS, "rngdctl-agent",
+                                            tmp_path_factory.mktemp("sa") / "rngdctl-agent",
+                                            pod=agent_pod)
 
 
 @pytest.fixture

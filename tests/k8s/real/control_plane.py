@@ -330,10 +330,13 @@ class ControlPlane:
         return done.stdout
 
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path,
-                                   seconds: int = 3600) -> Path:
-        """A kubeconfig with a token of the ServiceAccount (TokenRequest, as the admin)."""
+                                   seconds: int = 3600, pod: str | None = None) -> Path:
+        """A kubeconfig with a token of the ServiceAccount (TokenRequest, as the admin);
+        with ``pod``, bound to that pod of the namespace as the kubelet's token for it is
+        (the API then knows the pod's node from it)."""
+        bound = ["--bound-object-kind=Pod", f"--bound-object-name={pod}"] if pod else []
         token = self.kubectl("create", "token", name, "-n", namespace,
-                             f"--duration={seconds}s").strip()
+                             f"--duration={seconds}s", *bound).strip()
         return write_kubeconfig(path, self.server, self.pki / "ca.crt", {"token": token})
 
     # --- stopping ---------------------------------------------------------------
