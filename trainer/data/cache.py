@@ -28,6 +28,7 @@ import torch
 from trainer import datatable
 from trainer.data.batches import Encoded, Fitted
 from trainer.datafile import MAX_DATA_BYTES
+from trainer.errors import UsageError
 from trainer.ownership import NotOurs, check_private, read_regular
 
 FORMAT = 1
@@ -49,34 +50,59 @@ def key(parts: dict) -> str:
 
 
 def library_versions() -> dict:
-    """The versions of what renders and tokenizes: another version may split text otherwise."""
-    import tokenizers
-    import transformers
+    """The versions of what renders and tokenizes: another version may split text otherwise
+    (read from their metadata: importing transformers costs a second)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__}
+    out = {}
+    for name in ("tokenizers", "transformers", "jinja2"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 _DIGESTS: dict[tuple, str] = {}
 
 
-def digest(kind: str, path: Path) -> str:
-    """The sha256 of the data's bytes: of a file, or of a datasets folder's files (each
-    named with its own sha256). Computed once a process per file state."""
-    from trainer.output.weights import file_digest
-
+def digest(kind: str, path: Path, *, max_bytes: int = MAX_DATA_BYTES,
+           option: str = "--data") -> str:
+    """The sha256 of the data's bytes: of a file, or of a datasets folder's files (each named
+    with its own sha256), computed once a process per file state. UsageError, one line, as
+    the data's reading would say it (missing, unreadable, not a regular file, past
+    ``max_bytes``), before any byte is hashed."""
+    files = [path] if kind != datatable.DATASETS else datatable.files(path, kind, option)
+    states = [_state(f, option) for f in files]
+    if sum(st.st_size for st in states) > max_bytes:
+        raise UsageError(f"{option} {path}: {sum(st.st_size for st in states):,} bytes, past "
+                         f"--max-data-bytes {max_bytes:,} (give a larger --max-data-bytes to "
+                         "read it)")
+    sums = [_memo(f, st, option) for f, st in zip(files, states)]
     if kind != datatable.DATASETS:
-        return _memo(path, lambda: file_digest(path, follow_symlinks=True))
-    files = datatable.files(path, kind)
-    lines = "".join(f"{f.name} {_memo(f, lambda f=f: file_digest(f, follow_symlinks=True))}\n"
-                    for f in files)
+        return sums[0]
+    lines = "".join(f"{f.name} {s}\n" for f, s in zip(files, sums))
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def _memo(path: Path, compute) -> str:
-    st = os.stat(path)
+def _state(path: Path, option: str) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: {exc.strerror}") from None
+
+
+def _memo(path: Path, st: os.stat_result, option: str) -> str:
+    from trainer.output.weights import file_digest
+
     name = (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino)
     if name not in _DIGESTS:
-        _DIGESTS[name] = compute()
+        try:
+            _DIGESTS[name] = file_digest(path, follow_symlinks=True)
+        except NotOurs as exc:  # a FIFO, a device: never opened for reading
+            raise UsageError(f"{option} {exc}") from None
+        except OSError as exc:
+            raise UsageError(f"{option} {path}: {exc.strerror}") from None
     return _DIGESTS[name]
 
 
@@ -90,9 +116,9 @@ def load(cache_dir: Path, name: str, max_data_bytes: int = MAX_DATA_BYTES
     ``name``; None when there is none, or one that is not this user's alone, too large, or
     fails its check."""
     path = folder(cache_dir) / f"{name}.bin"
-    if not path.exists():
-        return None
     try:
+        if not path.exists():
+            return None
         check_private(path.parent, "cache folder")
         raw = read_regular(path, max_bytes=max_data_bytes * ENTRY_BYTES_PER_DATA_BYTE
                            + MAX_HEADER_BYTES, what="cache entry", private=True)

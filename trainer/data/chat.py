@@ -52,8 +52,7 @@ def encode_conversations(conversations: list[Conversation], tokenizer, seq_len: 
     tokens, starts, trained = array("i"), array("q", [0]), array("b")
     for lo in range(0, len(conversations), ENCODE_CHUNK):
         chunk = conversations[lo: lo + ENCODE_CHUNK]
-        rendered = [render(c, tokenizer, where=lo + n + 1) for n, c in enumerate(chunk)]
-        for n, (ids, mask) in enumerate(tokenize(rendered, tokenizer)):
+        for n, (ids, mask) in enumerate(tokenize(render(chunk, tokenizer, lo + 1), tokenizer)):
             if len(ids) > seq_len:
                 ids, mask = fit(chunk[n], tokenizer, seq_len, fitted, where=lo + n + 1)
                 if ids is None:
@@ -65,40 +64,69 @@ def encode_conversations(conversations: list[Conversation], tokenizer, seq_len: 
                    _tensor(trained, torch.int8).bool(), seq_len, tokenizer.pad_token_id)
 
 
-def render(conversation: Conversation, tokenizer, where: int) -> tuple[str, list[tuple[int, int]]]:
-    """(the conversation as the template renders it, the character spans of its assistant
-    turns). ``where``: the example's number, for a message."""
-    full = _apply(tokenizer, conversation, len(conversation.messages), False, where)
-    spans = []
-    for i, (role, content) in enumerate(conversation.messages):
-        if role != "assistant":
-            continue
-        before = _apply(tokenizer, conversation, i, True, where)
-        through = _apply(tokenizer, conversation, i + 1, False, where)
-        if not full.startswith(before):
-            raise _unsplittable(where, i)
-        if full.startswith(through) and len(through) >= len(before):
-            spans.append((len(before), len(through)))
-            continue
-        # The template renders a last turn otherwise: the answer's text, then what the
-        # template puts after it as the last turn.
-        text = content.strip()
-        at = full.find(text, len(before))
-        tail = through[through.rfind(text) + len(text):] if text else ""
-        if at < 0 or not text or not full.startswith(tail, at + len(text)):
-            raise _unsplittable(where, i)
-        spans.append((len(before), at + len(text) + len(tail)))
-    return full, spans
+def render(conversations: list[Conversation], tokenizer, first: int
+           ) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Each conversation as the template renders it, with the character spans of its
+    assistant turns. ``first``: the first one's number, for a message. The template is
+    applied to the whole chunk at once, three times (each assistant turn's chat before it,
+    the chat through it, the whole chat): a call per conversation costs twice as much."""
+    turns = [[i for i, (role, _) in enumerate(c.messages) if role == "assistant"]
+             for c in conversations]
+    owners = [first + n for n, t in enumerate(turns) for _ in t]
+    fulls = _apply(tokenizer, [c.as_dicts() for c in conversations], False,
+                   list(range(first, first + len(conversations))))
+    befores = iter(_apply(tokenizer, [c.as_dicts(0, i) for c, t in zip(conversations, turns)
+                                      for i in t], True, owners))
+    throughs = iter(_apply(tokenizer, [c.as_dicts(0, i + 1) for c, t in
+                                       zip(conversations, turns) for i in t], False, owners))
+    out = []
+    for n, (c, full) in enumerate(zip(conversations, fulls)):
+        spans = [_span(full, next(befores), next(throughs), c.messages[i][1], first + n, i)
+                 for i in turns[n]]
+        out.append((full, spans))
+    return out
 
 
-def _apply(tokenizer, conversation: Conversation, stop: int, prompt: bool, where: int) -> str:
+def _span(full: str, before: str, through: str, content: str, where: int, i: int
+          ) -> tuple[int, int]:
+    """Assistant message ``i``'s characters in ``full``, from the chat before it (with the
+    generation prompt) and the chat through it."""
+    if not full.startswith(before):
+        raise _unsplittable(where, i)
+    if full.startswith(through) and len(through) >= len(before):
+        return len(before), len(through)
+    # The template renders a last turn otherwise: the answer's text, then what the
+    # template puts after it as the last turn.
+    text = content.strip()
+    at = full.find(text, len(before))
+    tail = through[through.rfind(text) + len(text):] if text else ""
+    if at < 0 or not text or not full.startswith(tail, at + len(text)):
+        raise _unsplittable(where, i)
+    return len(before), at + len(text) + len(tail)
+
+
+def _apply(tokenizer, chats: list[list[dict]], prompt: bool, owners: list[int]) -> list[str]:
+    """``apply_chat_template`` over ``chats``; UsageError naming the example (``owners``: each
+    chat's) whose chat the template refuses."""
+    if not chats:
+        return []
     try:
-        return tokenizer.apply_chat_template(conversation.as_dicts(0, stop), tokenize=False,
-                                             add_generation_prompt=prompt)
+        return tokenizer.apply_chat_template(chats, tokenize=False, add_generation_prompt=prompt)
     except Exception as exc:  # noqa: BLE001 - a template's raise_exception, or a Jinja error
-        text = str(exc).strip().splitlines()
-        raise UsageError(f"example {where}: the chat template refused it "
-                         f"({text[0][:200] if text else type(exc).__name__})") from None
+        together = exc
+    for chat, where in zip(chats, owners):  # which one: each alone
+        try:
+            tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=prompt)
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise UsageError(f"example {where}: the chat template refused it "
+                             f"({_first_line(exc)})") from None
+    raise UsageError(f"examples {owners[0]}-{owners[-1]}: the chat template refused them "
+                     f"together ({_first_line(together)}), and none alone")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _unsplittable(where: int, message: int) -> UsageError:
@@ -149,12 +177,12 @@ def fit(conversation: Conversation, tokenizer, seq_len: int, fitted: Fitted, whe
     ids = mask = None
     for i in cuts:
         shorter = Conversation(messages[:system] + messages[i:])
-        ((ids, mask),) = tokenize([render(shorter, tokenizer, where)], tokenizer)
+        ((ids, mask),) = tokenize(render([shorter], tokenizer, where), tokenizer)
         if len(ids) <= seq_len:
             fitted.turns_dropped += 1
             return ids, mask
     if ids is None:  # no turn to drop
-        ((ids, mask),) = tokenize([render(conversation, tokenizer, where)], tokenizer)
+        ((ids, mask),) = tokenize(render([conversation], tokenizer, where), tokenizer)
     ids, mask = ids[:seq_len], mask[:seq_len]
     if not any(mask[1:]):  # the first token is never predicted
         fitted.skipped += 1

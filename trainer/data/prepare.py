@@ -14,6 +14,7 @@ with several (packing.py). The tokenizer itself is loaded only when a caller ask
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -51,6 +52,10 @@ class Prepared:
 def prepare(cfg, spec) -> Prepared:
     """``cfg``'s data (a TrainConfig) for the model ``spec`` (trainer.models.ModelSpec)."""
     kind, path = datafile.named(cfg.data)
+    held_kind, held_path = datafile.named(cfg.eval_data) if cfg.eval_data else (None, None)
+    if held_kind is not None and (held_kind == "synthetic") != (kind == "synthetic"):
+        raise UsageError(f"--eval-data {cfg.eval_data}: synthetic held-out data goes with "
+                         f"synthetic training data only, text with text")
     if kind == "synthetic":
         text = None
         vocab = spec.architecture.vocab if spec.folder is not None else batches.SYNTHETIC_VOCAB
@@ -59,15 +64,19 @@ def prepare(cfg, spec) -> Prepared:
                                                                         batches.SYNTHETIC_VOCAB))
         fitted, form, state = Fitted(), "synthetic", None
     else:
-        text = _Text(cfg, spec, kind, path)
+        text = _Text(cfg, spec, kind, path, held_kind, held_path)
         rows, fitted, form, state = text.rows()
         vocab = text.vocab
     held = None
     if cfg.eval_split is not None:
         rows, held = batches.hold_out(rows, cfg.eval_split, cfg.seed, cfg.micro_batch)
         held = held[evaluated(len(held), cfg)]
-    elif cfg.eval_data is not None:
-        held = _eval_rows(cfg, text, vocab)
+    elif text is not None and cfg.eval_data is not None:
+        held = text.eval_rows()
+    elif cfg.eval_data is not None:  # new draws from the training pool's chain
+        source = batches.Source("synthetic", None, [])
+        held = batches.encoded(source, None, cfg.seq_len, cfg.seed,
+                               min(vocab, batches.SYNTHETIC_VOCAB), draw=cfg.seed)
     examples = len(rows)
     train = packing.pack(rows) if cfg.pack else rows
     if held is not None:
@@ -101,25 +110,13 @@ def _stats(kind: str, form: str, examples: int, train, cfg, fitted: Fitted,
             "fitted": asdict(fitted), "cache": state}
 
 
-def _eval_rows(cfg, text: _Text | None, vocab: int) -> Encoded:
-    """The held-out rows of ``--eval-data``: a seeded draw of at most --eval-max-examples,
-    drawn before they are tokenized."""
-    kind, path = datafile.named(cfg.eval_data)
-    if (kind == "synthetic") != (text is None):
-        raise UsageError(f"--eval-data {cfg.eval_data}: synthetic held-out data goes with "
-                         f"synthetic training data only, text with text")
-    if text is None:
-        source = batches.Source("synthetic", None, [])
-        return batches.encoded(source, None, cfg.seq_len, cfg.seed,
-                               min(vocab, batches.SYNTHETIC_VOCAB), draw=cfg.seed)
-    return text.eval_rows(kind, path)
-
-
 class _Text:
     """Text data and its tokenizer, read through the cache."""
 
-    def __init__(self, cfg, spec, kind: str, path: Path):
+    def __init__(self, cfg, spec, kind: str, path: Path, held_kind: str | None = None,
+                 held_path: Path | None = None):
         self.cfg, self.spec, self.kind, self.path = cfg, spec, kind, path
+        self.held_kind, self.held_path = held_kind, held_path
         self.cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else tokenizer.default_cache_dir()
         self.source = None  # the training data, once parsed
         self._tokenizer = None
@@ -131,7 +128,10 @@ class _Text:
             made_by = {"files": tokenizer.files_digest(spec.folder)}
         else:
             made_by = {"trained": tokenizer.TRAINER_VERSION}
-        self.data_digest = cache.digest(kind, path)
+        self.data_digest = cache.digest(kind, path, max_bytes=cfg.max_data_bytes)
+        # --eval-data is checked now too, before any time goes into the training data.
+        self.held_digest = None if held_path is None else cache.digest(
+            held_kind, held_path, max_bytes=cfg.max_data_bytes, option="--eval-data")
         # A named config's tokenizer is trained on the training data: named by its digest.
         self.made_by = {**made_by, "on": self.data_digest if spec.folder is None else None,
                         **cache.library_versions()}
@@ -154,9 +154,11 @@ class _Text:
             + ("" if stored else f" (not cached: {self.cache_dir} cannot take it)"))
         return rows, fitted, form, "written" if stored else "not written"
 
-    def eval_rows(self, kind: str, path: Path) -> Encoded:
+    def eval_rows(self) -> Encoded:
+        """The held-out rows of ``--eval-data``: a seeded draw of at most
+        --eval-max-examples, drawn before they are tokenized."""
         draw = {"most": self.cfg.eval_max_examples, "seed": self.cfg.seed}
-        name = self._key(kind, cache.digest(kind, path), draw=draw)
+        name = self._key(self.held_kind, self.held_digest, draw=draw)
         found = cache.load(self.cache_dir, name, self.cfg.max_data_bytes)
         if found is not None:
             return found[0]
@@ -180,7 +182,7 @@ class _Text:
             return True
         name = meta.get("trained_tokenizer")
         if not isinstance(name, str) or not isinstance(meta.get("vocab"), int) \
-                or not (self.cache_dir / "tokenizers" / name / "tokenizer.json").exists():
+                or not os.path.exists(self.cache_dir / "tokenizers" / name / "tokenizer.json"):
             return False
         self._trained_name, self.vocab = name, meta["vocab"]
         return True

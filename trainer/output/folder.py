@@ -38,7 +38,7 @@ def fingerprint(cfg) -> dict:
     if model_config.is_file():
         out["files"]["model config.json"] = _digest(model_config)
     for key in ("data", "eval_data"):
-        digest = _data_digest(values[key])
+        digest = _data_digest(values[key], cfg.max_data_bytes, f"--{key.replace('_', '-')}")
         if digest is not None:
             out["files"][key] = digest
     return out
@@ -52,18 +52,16 @@ def _digest(path: Path) -> str:
         raise UsageError(str(exc)) from None
 
 
-def _data_digest(spec: str | None) -> str | None:
-    """The sha256 of the data a spec names (a file's, or a datasets folder's files'); None
-    for synthetic data or a spec that names nothing there (the data's reading says why)."""
+def _data_digest(spec: str | None, max_bytes: int, option: str) -> str | None:
+    """The sha256 of the data a spec names (a file's, or a datasets folder's files', as the
+    encoded data's cache names it); None for synthetic data or a spec that names nothing
+    there (the data's reading says why)."""
     from trainer.data import cache
 
-    try:
-        kind, path = datafile.named(spec) if spec else ("synthetic", None)
-        if path is None or not path.exists():
-            return None
-        return cache.digest(kind, path)
-    except NotOurs as exc:
-        raise UsageError(str(exc)) from None
+    kind, path = datafile.named(spec) if spec else ("synthetic", None)
+    if path is None or not os.path.exists(path):
+        return None
+    return cache.digest(kind, path, max_bytes=max_bytes, option=option)
 
 
 def differences(theirs: dict, ours: dict) -> list[str]:
