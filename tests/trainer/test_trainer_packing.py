@@ -102,6 +102,21 @@ def test_positions_restart_at_each_example_and_its_first_token_carries_no_loss()
     assert row.tokens == sum(LENGTHS) and row.positions == SEQ
 
 
+def test_the_engine_gives_the_layers_the_restarted_positions():
+    # With rotary embeddings a block-diagonal mask alone makes the positions' offset cancel
+    # (attention sees only differences of positions), so the loss cannot tell: look.
+    row = packing.pack(examples()).micro_batch(torch.tensor([0]))
+    e = engine()
+    seen = []
+    for c, rotary in enumerate(e.rotary):
+        def record(x, position_ids, rotary=rotary):
+            seen.append(position_ids.clone())
+            return rotary(x, position_ids=position_ids)
+        e.rotary[c] = record
+    e.step([row], 1e-3, update=False)
+    assert seen and all(torch.equal(p, row.position_ids) for p in seen)
+
+
 def test_best_fit_leaves_no_row_that_another_rows_example_would_fit():
     lengths = [30, 20, 17, 13, 9, 9, 8, 5, 3, 2]
     packed = packing.pack(examples(lengths, [0] * len(lengths), seq_len=32))
