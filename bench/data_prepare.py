@@ -10,7 +10,7 @@ the model folder's tokenizer loaded lazily as the trainer does) twice over one c
 folder: cold (parse, render with ``apply_chat_template``, tokenize, store) and warm (hash
 the data, read the entry back). The conversations are 1 to 4 turns of words drawn from a
 fixed list, a system prompt on every other one, seeded, so every run makes the same file
-(about 30 MB). The tokenizer is tests/trainer/chat_models.py's: a byte-level BPE with Llama 3's
+(about 100 MB). The tokenizer is tests/trainer/chat_models.py's: a byte-level BPE with Llama 3's
 special tokens and its chat template. Prints each round's seconds, the worse of each, and
 the warm run's share of the cold one.
 """

@@ -233,7 +233,7 @@ def _json(path: Path, option: str) -> dict:
                                         follow=True))
     except NotOurs as exc:
         raise UsageError(f"{option} {exc}") from None
-    except ValueError:
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past any of its own
         raise UsageError(f"{option} {path}: not JSON") from None
     if not isinstance(value, dict):
         raise UsageError(f"{option} {path}: not a JSON object")

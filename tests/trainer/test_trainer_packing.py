@@ -139,3 +139,22 @@ def test_packing_the_nsmc_sample_at_512_needs_a_quarter_of_the_rows_or_fewer(nsm
     # The real tokens a row carries: what a step trains on, at the same step time.
     assert packed.real_tokens == rows.real_tokens
     assert packed.real_tokens / (len(packed) * 512) >= 4 * rows.real_tokens / (len(rows) * 512)
+
+
+@pytest.mark.slow
+def test_a_packed_run_killed_twice_trains_bit_for_bit_as_one_run(tmp_path):
+    # The rows are packed the same way each time (best fit is deterministic), and the
+    # process that goes on reads the rows from the cache the first one wrote.
+    from chat_models import write_jsonl
+    from test_trainer_resume import RUN, killed_at_random, reference_losses
+
+    data = write_jsonl(tmp_path / "d.jsonl", [
+        {"prompt": "tell me a story about a cat " * (n % 4 + 1), "response": f"fine {n}"}
+        for n in range(80)])
+    cfg = {**RUN, "baseline": False, "data": str(data), "pack": True, "seq_len": 64,
+           "steps": 10, "cache_dir": str(tmp_path / "cache")}
+    expected = reference_losses(**cfg)
+    got, outputs = killed_at_random({**cfg, "out": str(tmp_path / "out"), "checkpoint_every": 2},
+                                    tmp_path, kills=2, seed=1)
+    assert got == expected
+    assert any('"resume"' in text for text in outputs)
