@@ -29,9 +29,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "trainer"))
 
-WORDS = ("the a cat dog story weather today answer forty two hello there how are you fine "
-         "thanks tell me about kind brief model data train loss token chat template system "
-         "영화 정말 재미있어요 최악의").split()
+WORDS = ("the", "a", "cat", "dog", "story", "weather", "today", "answer", "forty", "two",
+         "hello", "there", "how", "are", "you", "fine", "thanks", "tell", "me", "about", "kind",
+         "brief", "model", "data", "train", "loss", "token", "chat", "template", "system",
+         "영화", "정말", "재미있어요", "최악의")
 
 CHILD = """
 import json, sys, time
