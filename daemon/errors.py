@@ -50,3 +50,7 @@ class LaunchError(RngdctlError):
 
 class ModelFitError(RngdctlError):
     """The step-time model cannot be fitted from the given baseline."""
+
+
+class TrackerError(RngdctlError):
+    """A tracker (TensorBoard, MLflow) could not take a run: unreachable, or it refused it."""

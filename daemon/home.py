@@ -116,15 +116,25 @@ class NotifyConfig:
 
 
 @dataclass
+class TrackersConfig:
+    # where the daemon sends every run (daemon/trackers/); unset: nowhere
+    tensorboard: str | None = None  # a folder: each run's event files in DIR/run-<id>[-<name>]
+    mlflow: str | None = None  # an MLflow tracking server, http://host:port
+    mlflow_experiment: str = "rngdctl"  # the MLflow experiment the runs go in
+    timeout: float = 10.0  # seconds for one request to a tracker; then it is retried later
+
+
+@dataclass
 class Config:
     gates: GateConfig = field(default_factory=GateConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     k8s: K8sConfig = field(default_factory=K8sConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    trackers: TrackersConfig = field(default_factory=TrackersConfig)
 
 
 _SECTIONS = {"gates": GateConfig, "daemon": DaemonConfig, "k8s": K8sConfig,
-             "notify": NotifyConfig}
+             "notify": NotifyConfig, "trackers": TrackersConfig}
 
 
 def _check_type(where: str, section: str, name: str, value, default):
@@ -167,6 +177,7 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
     _check_words(config, where)
     _check_output_mode(config.daemon.output_mode, where)
     _check_notify(config.notify, where)
+    _check_trackers(config.trackers, where)
     return config
 
 
@@ -196,6 +207,7 @@ RANGES = {
             "prepull_retry": NOT_NEGATIVE, "runs_per_node": ONE_OR_MORE,
             "lease_duration": POSITIVE, "renew_deadline": POSITIVE},
     "notify": {"timeout": POSITIVE, "blocked_minutes": NOT_NEGATIVE},
+    "trackers": {"timeout": POSITIVE},
 }
 #: The largest integer setting: Kubernetes takes its seconds as 32-bit integers.
 MOST = 2 ** 31 - 1
@@ -277,6 +289,24 @@ def _check_notify(notify: NotifyConfig, where: str) -> None:
                           f"got {notify.on!r}")
 
 
+def _check_trackers(trackers: TrackersConfig, where: str) -> None:
+    if trackers == TrackersConfig():
+        return  # none set: spare every command the trackers' modules
+    from daemon.errors import BadInput
+    from daemon.trackers.targets import check_folder, check_mlflow
+
+    try:
+        if trackers.tensorboard is not None:
+            check_folder(trackers.tensorboard, where=f"{where}: [trackers] tensorboard")
+        if trackers.mlflow is not None:
+            check_mlflow(trackers.mlflow, where=f"{where}: [trackers] mlflow")
+    except BadInput as exc:
+        raise ConfigError(str(exc)) from None
+    if not isinstance(trackers.mlflow_experiment, str) or not trackers.mlflow_experiment.strip():
+        raise ConfigError(f"{where}: [trackers] mlflow_experiment must be a name, "
+                          f"got {trackers.mlflow_experiment!r}")
+
+
 DEFAULT_CONFIG_TEXT = """\
 # rngdctl configuration. Every key is optional; these are the defaults.
 
@@ -302,6 +332,12 @@ output_mode = "0700"    # runs' output folders and saved models; "0750" shares t
 # command = "notify-send rngdctl 'run {id} {name}: {status}'"  # no shell; see README
 timeout = 10.0          # seconds a notifier may run before it is killed
 blocked_minutes = 10.0  # "gates cleared" only after the head was blocked longer than this
+
+[trackers]
+# tensorboard = "~/tensorboard"     # every run's event files in DIR/run-<id>[-<name>]/
+# mlflow = "http://127.0.0.1:5000"  # every run to this MLflow tracking server
+mlflow_experiment = "rngdctl"  # the MLflow experiment the runs go in
+timeout = 10.0          # seconds for one request to a tracker; a tracker down catches up later
 
 [k8s]
 namespace = "default"

@@ -297,36 +297,37 @@ def claimed_ancestor(folder: Path) -> tuple[Path, Owner] | None:
     return None
 
 
-def check_output(folder: Path, owner: Owner) -> bool:
+def check_output(folder: Path, owner: Owner, *, what: str = "--out") -> bool:
     """Whether ``owner`` may write ``folder``; True when it already claims it (a resume).
 
     Refused, each in one line: a folder inside another run's; a folder that
     is not this user's or that others may write; a folder claimed by another
     run; a folder with files in it that no run claims (naming one of them).
-    A missing folder is fine (the trainer makes it).
+    A missing folder is fine (the trainer makes it). ``what`` names the folder in
+    those lines (a tracker's run folder is not an ``--out``).
     """
     folder = Path(os.path.abspath(folder))
     above = claimed_ancestor(folder)
     if above is not None:
         where, theirs = above
-        raise NotOurs(f"--out {folder} is inside {where}, the output of {theirs.describe()}: "
+        raise NotOurs(f"{what} {folder} is inside {where}, the output of {theirs.describe()}: "
                       f"give a folder outside it")
     if not os.path.lexists(folder):
         return False
     check_private(folder, "output folder", allow_group_write=False)
     if not folder.is_dir():
-        raise NotOurs(f"--out {folder}: a file is there, not a folder")
+        raise NotOurs(f"{what} {folder}: a file is there, not a folder")
     theirs = read_owner(folder)
     if theirs is not None:
         if not theirs.same(owner):
-            raise NotOurs(f"--out {folder} holds the output of {theirs.describe()}: give "
+            raise NotOurs(f"{what} {folder} holds the output of {theirs.describe()}: give "
                           f"another folder (a run's folder is its own; `rngdctl resume` goes "
                           f"on in it)")
         return True
     first = next(iter(sorted(p.name for p in folder.iterdir()
                              if not p.name.startswith(CLAIM_TEMPORARY))), None)
     if first is not None:
-        raise NotOurs(f"--out {folder} is not empty and no rngdctl run claims it ({first} is "
+        raise NotOurs(f"{what} {folder} is not empty and no rngdctl run claims it ({first} is "
                       f"there): give an empty or new folder")
     return False
 

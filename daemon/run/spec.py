@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from daemon.errors import BadInput
-from trainer import datafile, datatable, modelconfig
+from trainer import datafile, datatable, modelconfig, records
 from trainer.config import default_baseline_steps
 from trainer.errors import UsageError
 from trainer.ownership import unusable_output
@@ -356,6 +356,16 @@ def parse_setting(text: str) -> tuple[str, object]:
     except ValueError:
         raise BadInput(f"--set {key}={raw}: not a valid "
                        f"{'integer' if kind is int else 'number'}") from None
+
+
+def merged_config(run: dict, passes: list[dict]) -> dict:
+    """The run's config as it ran: the submitted one, overlaid with the main pass's start
+    record (what the trainer said it ran); ``passes`` as ``Store.passes`` gives them."""
+    config = dict(run.get("config") or {})
+    for p in passes:
+        if p["config_label"] == records.MAIN:
+            config.update(p.get("config") or {})
+    return config
 
 
 def config_diff(a: dict, b: dict) -> dict:

@@ -81,7 +81,8 @@ class TickResult:
 class Daemon:
     def __init__(self, home: Home, store: Store, config: Config, launcher: Launcher, *,
                  exit_when_idle: bool = False, probe=None, clock=time.time,
-                 proc: str = "/proc", leader=None, write_note=None, card_reader=None):
+                 proc: str = "/proc", leader=None, write_note=None, card_reader=None,
+                 tracker_note=None):
         self.home = home
         self.store = store
         self.config = config
@@ -113,6 +114,9 @@ class Daemon:
         # write_note(store, run_id, folder) -> path: the CLI's, so the daemon imports no note code.
         self.notifications = Notifications(store, config.notify, open_store=lambda: Store(
             store.path), run_dir=home.run_dir, write_note=write_note, clock=clock)
+        # [trackers] (daemon/trackers/): sent from the store on their own thread, which the
+        # tick only pokes; tracker_note(store, run_id) -> (name, text) is the CLI's note.
+        self.trackers = _trackers(config, store, tracker_note, clock)
     # === leader election (daemon/launchers/k8s/leader.py) ==============================
 
     def _lead(self, now: float) -> bool:
@@ -180,6 +184,9 @@ class Daemon:
         # Finished runs a store from before version 9 left unsealed: one per tick, so a
         # long backlog never delays the first tick's heartbeat.
         self._to_seal = self.store.unsealed_runs(SEAL_AT_START)
+        if self.trackers is not None:
+            self.trackers.start()
+            log.info("sending every run to %s", ", ".join(map(repr, self.trackers.sinks)))
         self._freeze_heap()
         log.info("%s", start_line(self.home, self.config, self.launcher))
 
@@ -220,6 +227,8 @@ class Daemon:
                           "again from what it left (its log, its Job)", run["id"],
                           outcome.status)
             self.notifications.close()  # the calls queued so far, each bounded
+            if self.trackers is not None:
+                self.trackers.close()  # what is left, for at most 30 s: the rest at next start
             if was_active or self.leader is None:  # a standby never owned the daemon row
                 self.store.daemon_stopped(reason, now=self.clock())
                 self.store.add_event(None, "daemon", f"daemon stopped: {reason}",
@@ -318,6 +327,8 @@ class Daemon:
             self._sample_cards(now, held.rows, active, agents=False)
             self._schedule(host, held.rows, now, result)
             self._sample_cards(now, held.rows, active, agents=True)
+        if self.trackers is not None:
+            self.trackers.poke()  # the trackers' thread sends what ingest stored
         return result
 
     def _sample_cards(self, now: float, rows, active: list[dict], *, agents: bool) -> None:
@@ -499,6 +510,18 @@ class Daemon:
             getattr(self.notifications, moment)(*args, **kwargs)
         except Exception:  # a notice is advice: it must never stop a launch or a record
             log.exception("notification %s failed", moment)
+
+
+def _trackers(config: Config, store: Store, note, clock):
+    """The worker sending every run to ``[trackers]``; None when none is set (nothing of
+    daemon/trackers/ is loaded then)."""
+    if config.trackers.tensorboard is None and config.trackers.mlflow is None:
+        return None
+    from daemon.trackers.targets import configured
+    from daemon.trackers.worker import TrackerWorker
+
+    return TrackerWorker(configured(config), open_store=lambda: Store(store.path), note=note,
+                         clock=clock)
 
 
 # === what the daemon says on stderr: at start, at each launch and end, at stop =====

@@ -21,7 +21,8 @@ One module per idea, each a part of ``Store``:
 - ``evals``: the held-out loss (eval records), and the steps a resume trains again;
 - ``host``: load samples, gate checks, idle card pods, their compaction;
 - ``cards``: each card's furiosa-smi readings, by run, and their compaction (issue 27);
-- ``daemons``: the launchers' facts between ticks, the heartbeat, the replicas.
+- ``daemons``: the launchers' facts between ticks, the heartbeat, the replicas;
+- ``trackers``: what each tracker (TensorBoard, MLflow) was sent, and the reads it sends.
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ from daemon.store.schema import (
     STEADY_INDEXES,
 )
 from daemon.store.steps import Steps
+from daemon.store.trackers import Trackers
 
 
-class Store(Runs, Queue, Steps, Aggregates, Markers, Events, Evals, Host, Cards, Daemons):
+class Store(Runs, Queue, Steps, Aggregates, Markers, Events, Evals, Host, Cards, Daemons,
+            Trackers):
     """An open rngdctl.db. Cheap to open; open one per process."""
 
 

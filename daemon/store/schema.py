@@ -13,7 +13,7 @@ import sqlite3
 from daemon.store.codec import _phase_value
 from trainer import records
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 _V1 = [
     """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)""",
@@ -373,5 +373,38 @@ def _make_home_id(conn: sqlite3.Connection) -> None:
 # Version 14 (issues 33, 36): the home's id, in ``meta``; a new store gets it as it is made.
 _V14 = [_make_home_id]
 
+# Version 15 (issue 35): what each tracker (TensorBoard, MLflow: daemon/trackers/) was sent,
+# so a restart, a tracker that was down or one set later goes on where it stood. A tracker is
+# named by its key (``tensorboard:<folder>``, ``mlflow:<uri>``); ``trackers.since`` is when the
+# daemon first followed it (older runs go by ``rngdctl export``). Per run: where it is there
+# (``remote``: the MLflow run id), whether its config went in (``params``) and the ``ended``
+# time of the end that went in (the run's own: a resumed run ends again). Per pass: the last
+# step and eval sent, and for TensorBoard the event file and its bytes at that cursor (bytes
+# past them were written but not counted: cut before the next write).
+_V15 = [
+    """CREATE TABLE trackers (
+        tracker TEXT PRIMARY KEY,
+        since REAL NOT NULL
+    )""",
+    """CREATE TABLE tracker_runs (
+        tracker TEXT NOT NULL,
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        remote TEXT,
+        params INTEGER NOT NULL DEFAULT 0,
+        ended REAL,
+        PRIMARY KEY (tracker, run_id)
+    )""",
+    """CREATE TABLE tracker_passes (
+        tracker TEXT NOT NULL,
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        config_label TEXT NOT NULL,
+        step INTEGER NOT NULL DEFAULT 0,
+        eval_step INTEGER NOT NULL DEFAULT -1,
+        file TEXT,
+        size INTEGER,
+        PRIMARY KEY (tracker, run_id, config_label)
+    )""",
+]
+
 MIGRATIONS = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9,
-              10: _V10, 11: _V11, 12: _V12, 13: _V13, 14: _V14}
+              10: _V10, 11: _V11, 12: _V12, 13: _V13, 14: _V14, 15: _V15}

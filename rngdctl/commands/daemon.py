@@ -38,6 +38,17 @@ def _note_writer(config):
     return write
 
 
+def _tracker_note(config):
+    """The note a tracker attaches at a run's end: its name and markdown, written nowhere."""
+
+    def note(store, run_id: int):
+        from rngdctl.export import note_text
+
+        return note_text(store, run_id, k8s=config.k8s)
+
+    return note
+
+
 @click.command()
 @click.option("--launcher", type=click.Choice(["local", "k8s"]),
               help="Where runs go (default: config.toml's [daemon] launcher, else local).")
@@ -68,7 +79,8 @@ def daemon(home, launcher, tick, exit_when_idle, **k8s_flags):
     with home.store() as store:
         runner = _build(home, launcher, store, config)
         loop = Daemon(home, store, config, runner, exit_when_idle=exit_when_idle,
-                      leader=_elector(runner, config), write_note=_note_writer(config))
+                      leader=_elector(runner, config), write_note=_note_writer(config),
+                      tracker_note=_tracker_note(config))
         install_signal_handlers(loop)
         loop.run()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -16,9 +17,15 @@ from rngdctl.options import echo_json, json_option, with_home
               show_default=True, help="Folder for the note and its data/ folder.")
 @click.option("--update-design", is_flag=True,
               help="Add the runs' step-model rows to docs/design.md (in this folder).")
+@click.option("--tensorboard", type=click.Path(file_okay=False), metavar="DIR",
+              help="Instead of a note: each run's TensorBoard event files in "
+                   "DIR/run-<id>[-<name>]/ (again later: only what is new).")
+@click.option("--mlflow", metavar="URI",
+              help="Instead of a note: each run to this MLflow tracking server "
+                   "(http://host:port), in [trackers] mlflow_experiment.")
 @json_option
 @with_home
-def export(home, runs, out, update_design, as_json):
+def export(home, runs, out, update_design, tensorboard, mlflow, as_json):
     """Write the experiment note for RUN... (ids or names); prints where it is.
 
     Several runs give one note with a comparison table. The note never
@@ -27,8 +34,17 @@ def export(home, runs, out, update_design, as_json):
     record per export) are kept too; exporting the same runs twice changes
     neither.
 
+    With --tensorboard or --mlflow the runs go to those trackers instead, each
+    point once however often it is exported: steps, held-out losses, the step
+    model's error with its interval, the config as hyperparameters, and for an
+    ended run its note. The same as [trackers] in config.toml, for runs the
+    daemon did not send.
+
     Example: rngdctl export 12 13 --out experiments/
     """
+    if tensorboard is not None or mlflow is not None:
+        _send(home, list(runs), tensorboard=tensorboard, mlflow=mlflow, as_json=as_json)
+        return
     from rngdctl import export as notes
     from rngdctl.status import record_export
 
@@ -47,3 +63,41 @@ def export(home, runs, out, update_design, as_json):
     if design_rows is not None:
         click.echo(f"docs/design.md: {design_rows} step-model row"
                    f"{'s' if design_rows != 1 else ''} added or updated")
+
+
+def _send(home, refs: list[str], *, tensorboard: str | None, mlflow: str | None,
+          as_json: bool) -> None:
+    """Send the runs to the trackers asked for, each from where its cursors stand."""
+    from daemon.trackers.send import send_all
+    from daemon.trackers.targets import sinks
+    from rngdctl.export import note_text
+    from rngdctl.export.collect import refuse_without_steps
+
+    config = home.config()
+    if tensorboard is not None:
+        tensorboard = os.path.abspath(os.path.expanduser(tensorboard))
+    targets = sinks(tensorboard=tensorboard, mlflow=mlflow,
+                    experiment=config.trackers.mlflow_experiment,
+                    timeout=config.trackers.timeout, output_mode=config.daemon.output_mode)
+
+    def note(store, run_id: int):
+        return note_text(store, run_id, k8s=config.k8s)
+
+    sent = []
+    with home.store() as store:
+        chosen = {}
+        for ref in refs:
+            run = store.run(ref)
+            refuse_without_steps(store, run)
+            chosen.setdefault(run["id"], run)
+        for sink in targets:
+            for run in chosen.values():
+                points = send_all(store, sink, run, note=note)
+                sent.append({"tracker": sink.key, "run": run["id"], "points": points,
+                             "where": sink.where(store, run)})
+    if as_json:
+        echo_json({"sent": sent})
+        return
+    for row in sent:
+        click.echo(f"run {row['run']}: {row['points']} new point"
+                   f"{'s' if row['points'] != 1 else ''} -> {row['where']}")

@@ -14,6 +14,7 @@ from daemon import stepmodel
 from daemon.errors import BadInput, ModelFitError
 from daemon.home import K8sConfig
 from daemon.run.output import HeldOut, RunOutput, held_out, run_output
+from daemon.run.spec import merged_config
 from daemon.stepmodel import stats
 from daemon.store import FINISHED, Store
 from rngdctl.export.words import _get, _md, describe_placement, secs
@@ -190,15 +191,6 @@ def _run_label(run: dict) -> str:
     return run["name"] or f"run {run['id']}"
 
 
-def _merged_config(run: dict, passes: list[dict]) -> dict:
-    # The submitted config, overlaid with what the trainer said it ran.
-    config = dict(run.get("config") or {})
-    for p in passes:
-        if p["config_label"] == records.MAIN:
-            config.update(p.get("config") or {})
-    return config
-
-
 def collect(store: Store, ref: int | str, *, k8s: K8sConfig | None = None) -> RunReport:
     """The numbers for one run (by id or name). Raises NoSuchRun.
 
@@ -208,7 +200,7 @@ def collect(store: Store, ref: int | str, *, k8s: K8sConfig | None = None) -> Ru
     run = store.run(ref)
     run_id = run["id"]
     passes = store.passes(run_id)
-    config = _merged_config(run, passes)
+    config = merged_config(run, passes)
     main = stats.pass_stats(store, run_id, records.MAIN)
     baseline = stats.pass_stats(store, run_id, records.BASELINE)
     steps_total = _get(config, "steps")

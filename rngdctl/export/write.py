@@ -162,6 +162,17 @@ def write_note(store: Store, run_ids: list[int | str], out_dir: str | Path, *,
     return write_note_reports(build(store, run_ids, k8s=k8s), out_dir, now=now)[0]
 
 
+def note_text(store: Store, run_id: int, *, now: float | None = None,
+              k8s: K8sConfig | None = None) -> tuple[str, str]:
+    """The note of one run as a file name and its markdown, written nowhere: what a tracker
+    attaches (daemon/trackers/). Its data folder is not made: the tracker has the steps."""
+    now = time.time() if now is None else now
+    reports = build(store, [run_id], k8s=k8s)
+    slug = note_slug(reports)
+    date = datetime.fromtimestamp(now).strftime("%Y-%m-%d")
+    return f"{date}-{slug}.md", render(reports, slug=slug, now=now)
+
+
 def write_note_reports(reports: list[RunReport], out_dir: str | Path, *,
                        now: float | None = None) -> tuple[Path, Path]:
     """Write the note for reports already built; returns (note, data folder)."""
