@@ -76,7 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--weight-decay", type=float, default=0.01)
     t.add_argument("--max-grad-norm", type=float, default=1.0, help="0 turns clipping off")
     t.add_argument("--data", default="synthetic",
-                   help="synthetic, nsmc:PATH, jsonl:PATH or PATH.jsonl")
+                   help="synthetic, nsmc:PATH, jsonl:PATH or PATH.jsonl, parquet:PATH or "
+                        "PATH.parquet, datasets:DIR or a folder datasets' save_to_disk wrote; "
+                        "lines or rows of messages (the model's chat template), ShareGPT, "
+                        "Alpaca, prompt/response or text")
+    t.add_argument("--pack", action="store_true",
+                   help="fill each --seq-len row with several examples, each attending only "
+                        "to itself (default: one example a row, padded)")
     t.add_argument("--max-data-bytes", type=int, default=MAX_DATA_BYTES, metavar="N",
                    help="refuse a --data or --eval-data file larger than this (default "
                         f"{MAX_DATA_BYTES >> 20} MiB); read a line at a time, each at most "
@@ -232,7 +238,7 @@ def cmd_train(args) -> int:
         resident_layers=args.resident_layers, backend=args.backend, steps=args.steps,
         seq_len=args.seq_len, accum=args.accum, micro_batch=args.micro_batch, lr=args.lr,
         schedule=args.schedule, warmup=args.warmup, weight_decay=args.weight_decay,
-        max_grad_norm=args.max_grad_norm, data=args.data, seed=args.seed,
+        max_grad_norm=args.max_grad_norm, data=args.data, pack=args.pack, seed=args.seed,
         checkpoint=args.checkpoint_layers, threads=args.threads, baseline=args.baseline,
         baseline_steps=args.baseline_steps, settle=args.settle,
         interleave=args.interleave, cache_dir=args.cache_dir, log=args.log, out=args.out,

@@ -38,7 +38,10 @@ BASELINE_STEPS, INTERLEAVED_BASELINE_STEPS = 40, 200
 RESUME_KEYS = ("model", "lora", "resident_layers", "backend", "steps", "seq_len", "accum",
                "micro_batch", "lr", "schedule", "warmup", "weight_decay", "max_grad_norm",
                "data", "seed", "checkpoint", "baseline", "baseline_steps", "interleave",
-               "eval_data", "eval_split")
+               "eval_data", "eval_split", "pack")
+#: What a checkpoint written before a resume key existed ran with: its fingerprint lacks the
+#: key, and only this value is taken as the same.
+RESUME_DEFAULTS = {"pack": False}
 
 
 def default_baseline_steps(steps: int, interleave: int) -> int:
@@ -63,7 +66,8 @@ class TrainConfig:
     warmup: int | None = None  # warm-up steps; default min(10, max(1, steps // 10))
     weight_decay: float = 0.01  # on matrices only
     max_grad_norm: float = 1.0  # global-norm clipping; 0 turns it off
-    data: str = "synthetic"  # synthetic | nsmc:PATH | jsonl:PATH | PATH.jsonl
+    data: str = "synthetic"  # synthetic | nsmc:PATH | jsonl:PATH | parquet:PATH | datasets:DIR
+    pack: bool = False  # fill each row with several examples (trainer/data/packing.py)
     seed: int = 0  # model init and data order
     checkpoint: bool = False  # recompute each layer's forward in the backward
     threads: int | None = None  # torch host threads; None: torch's default

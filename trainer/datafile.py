@@ -2,7 +2,9 @@
 
 The trainer reads ``--data`` and ``--eval-data`` files through ``lines`` (trainer/data/batches.py
 parses each line); ``submit`` runs ``check`` over the same file (daemon/run/spec.py), so a
-file the trainer would refuse is refused before it is queued, in the same words. A file is
+file the trainer would refuse is refused before it is queued, in the same words. ``named``
+says what a ``--data`` spec names (a Parquet file or a datasets folder is a table:
+trainer/datatable.py). A file is
 read a line at a time, never whole, and a line past ``MAX_LINE_BYTES`` is refused rather
 than handed to the tokenizer (a 2 GB line once made it abort at 8.4 GB of memory).
 Torch-free (a shared module: the daemon imports it).
@@ -27,6 +29,32 @@ MAX_DATA_BYTES = 256 << 20
 #: model the trainer builds (llama-3.1-8b-mini's 131,072 at about 4 bytes a token is 512
 #: KiB): a longer line is not one example but a file that lacks its newlines.
 MAX_LINE_BYTES = 1 << 20
+
+
+#: The kinds of data ``--data`` names beside ``synthetic``, each with a path.
+KINDS = ("nsmc", "jsonl", "parquet", "datasets")
+SPEC_FORMS = ("synthetic, nsmc:PATH, jsonl:PATH (or a .jsonl file), parquet:PATH (or a .parquet "
+              "file), or datasets:DIR (or a folder datasets' save_to_disk wrote)")
+
+
+def named(spec: str) -> tuple[str, Path | None]:
+    """(kind, path) of what a ``--data`` spec names (``synthetic``: no path), read from the
+    spec alone, save that a bare folder is a datasets folder. UsageError for anything else."""
+    if spec == "synthetic":
+        return "synthetic", None
+    kind, sep, rest = spec.partition(":")
+    if sep and kind in KINDS and rest:
+        return kind, Path(rest).expanduser()
+    path = Path(spec).expanduser()
+    for suffix, kind in ((".jsonl", "jsonl"), (".parquet", "parquet")):
+        if spec.endswith(suffix):
+            return kind, path
+    try:
+        if spec and path.is_dir():
+            return "datasets", path
+    except OSError:
+        pass
+    raise UsageError(f"unknown data {spec!r}: give {SPEC_FORMS}")
 
 
 def lines(path: Path, *, max_bytes: int = MAX_DATA_BYTES,

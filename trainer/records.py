@@ -66,6 +66,18 @@ PHASES = (
 #: resident layer on the cards.
 OPTIM_CALIBRATION = "optim_calibration"
 
+#: A ``start`` record's ``data`` (optional: absent or ``{}`` in records of older trainers, and
+#: an older reader skips it, so ``start`` stays at v 1): the training data as the pass reads
+#: it. ``source`` (``synthetic``, ``nsmc``, ``jsonl``, ``parquet``, ``datasets``), ``form``
+#: (``synthetic``, ``prompt``, ``chat``), ``examples`` (training examples), ``rows`` (packed
+#: rows with ``--pack``, else one an example), ``seq_len``, ``packed``, ``real_tokens`` (the
+#: examples' tokens, padding not counted), ``padding_share`` (of ``rows`` x ``seq_len``),
+#: ``fitted`` ({how: examples} made to fit ``--seq-len``: ``prompt_cut``, ``turns_dropped``,
+#: ``answer_cut``, ``skipped``: trainer/data/batches.py ``Fitted``), ``cache`` (``read``,
+#: ``written``, ``not written``, or null). A ``step``'s ``tokens`` are its real tokens too.
+DATA_KEYS = ("source", "form", "examples", "rows", "seq_len", "packed", "real_tokens",
+             "padding_share", "fitted", "cache")
+
 #: ``end`` statuses the trainer writes. ``preempted``: SIGTERM (a deadline, a
 #: cancel, a node drain) stopped it after a whole step and a checkpoint, from
 #: which ``--resume`` goes on; ``cancelled``: the same without an output folder.
@@ -135,7 +147,8 @@ class _Record:
 
 
 class Start(_Record):
-    """A pass begins: its full configuration, versions, code commit, host."""
+    """A pass begins: its full configuration, versions, code commit, host, and its data
+    (``DATA_KEYS``; empty when not known)."""
 
     config_label: str
     config: dict
@@ -144,6 +157,7 @@ class Start(_Record):
     git: str | None = None
     host: str | None = None
     time: float | None = None
+    data: dict = field(default_factory=dict)
 
 
 class Step(_Record):
@@ -153,7 +167,7 @@ class Step(_Record):
     step: int
     loss: float
     step_s: float
-    tokens: int
+    tokens: int  # the real tokens of its micro-batches (padding not counted)
     lr: float
     phases: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
@@ -245,6 +259,7 @@ def to_dict(record: Record) -> dict:
             "git": record.git,
             "host": record.host,
             "time": now,
+            **({"data": record.data} if record.data else {}),
         }
     if isinstance(record, Step):
         d = {
@@ -296,6 +311,33 @@ def to_dict(record: Record) -> dict:
             "time": now,
         }
     raise TypeError(f"not a record: {record!r}")
+
+
+def describe_data(data: dict) -> str:
+    """One line of a start record's ``data``: the trainer's log and the daemon's event say it
+    in the same words. Keys that are missing or of another type are left out."""
+    def num(key):
+        value = data.get(key)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            else None
+
+    examples, rows, share = num("examples"), num("rows"), num("padding_share")
+    words = [f"{examples:,} {data.get('form') or ''} examples".replace("  ", " ")
+             if examples is not None else "data"]
+    if rows is not None:
+        words.append(f"in {rows:,} {'packed ' if data.get('packed') else ''}rows"
+                     + (f" of {num('seq_len'):,}" if num("seq_len") else ""))
+    if share is not None:
+        words.append(f"padding {share:.1%}")
+    fitted = data.get("fitted") if isinstance(data.get("fitted"), dict) else {}
+    made = [f"{n:,} {how.replace('_', ' ')}" for how, n in fitted.items()
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    line = " ".join(words[:2]) + "".join(f", {w}" for w in words[2:])
+    if made:
+        line += f"; longer than --seq-len: {', '.join(made)}"
+    if isinstance(data.get("cache"), str):
+        line += f" (cache: {data['cache']})"
+    return line
 
 
 def dumps(record: Record) -> str:
@@ -458,6 +500,9 @@ def _from_dict(obj: dict) -> Parsed:
         versions = obj.get("versions") or {}
         if not isinstance(versions, dict):
             raise ValueError("versions is not an object")
+        data = obj.get("data") or {}
+        if not isinstance(data, dict):
+            raise ValueError("data is not an object")
         return Start(
             config_label=_label(obj),
             config=config,
@@ -466,6 +511,7 @@ def _from_dict(obj: dict) -> Parsed:
             git=_opt_str(obj, "git"),
             host=_opt_str(obj, "host"),
             time=_time(obj),
+            data=data,
         )
     if kind == "step":
         if not obj.keys() >= _STEP_FIELDS.keys():  # one comparison of key sets when all are

@@ -42,7 +42,6 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from trainer.config import TrainConfig, default_baseline_steps
 from trainer.engine.timing import SETTLE_K, SETTLE_TOL, interleaved_order, settled_by_rule
@@ -89,7 +88,7 @@ class Recipe:
 
         from trainer import models
         from trainer.backends import kinds
-        from trainer.data import batches, tokenizer
+        from trainer.data import prepare
         from trainer.engine.layer_engine import Placement
 
         cfg = self.cfg
@@ -103,50 +102,16 @@ class Recipe:
         # Refuse a placement that cannot be made before any record is written.
         Placement.plan(self.spec.layers, len(self.backends), cfg.resident_layers, tied=False)
         self.check_memory()
-        self.source = batches.open_source(cfg.data, cfg.max_data_bytes)
-        eval_source = batches.open_eval_source(cfg.eval_data, cfg.max_data_bytes, self.source)
-        self.tokenizer = None
-        if self.source.kind != "synthetic":
-            if self.spec.folder is not None:
-                if not self.spec.has_tokenizer:
-                    raise UsageError(f"{self.spec.folder} has no tokenizer for text data")
-                self.tokenizer = tokenizer.from_folder(self.spec.folder)
-            else:
-                texts = self.source.texts()
-                cache = Path(cfg.cache_dir) if cfg.cache_dir else tokenizer.default_cache_dir()
-                t0 = time.perf_counter()
-                self.tokenizer = tokenizer.trained(texts, batches.tokenizer_vocab(texts), cache)
-                del texts
-                log(f"tokenizer: {len(self.tokenizer)} tokens ({time.perf_counter() - t0:.2f} s)")
-        if self.spec.folder is not None:
-            self.vocab = self.spec.architecture.vocab
-        else:
-            self.vocab = len(self.tokenizer) if self.tokenizer else batches.SYNTHETIC_VOCAB
-        vocab = min(self.vocab, batches.SYNTHETIC_VOCAB)
-        rows = batches.encoded(self.source, self.tokenizer, cfg.seq_len, cfg.seed, vocab)
-        held = None
-        if cfg.eval_split is not None:
-            rows, held = batches.hold_out(rows, cfg.eval_split, cfg.seed, cfg.micro_batch)
-            held = held[self.evaluated(len(held))]
-        elif eval_source is not None:
-            if eval_source.kind != "synthetic":  # drawn before they are tokenized
-                eval_source = eval_source.sample(self.evaluated(len(eval_source.examples)))
-            held = batches.encoded(eval_source, self.tokenizer, cfg.seq_len, cfg.seed, vocab,
-                                   draw=cfg.seed)
-        if held is not None:
-            self.eval_examples = len(held)
-            self.eval_set = batches.EvalSet(held, cfg.micro_batch)
-        self.batches = batches.Batches(rows, cfg.micro_batch, cfg.seed)
+        # Read, tokenized (or read back from the cache), held out, packed.
+        self.data = prepare.prepare(cfg, self.spec)
+        self.vocab = self.data.vocab
+        self.eval_set, self.eval_examples = self.data.eval_set, self.data.eval_examples
+        self.batches = self.data.batches
 
-    def evaluated(self, examples: int):
-        """Which held-out examples are evaluated: all, or a seeded draw (said in a line)."""
-        from trainer.data import batches
-
-        most = self.cfg.eval_max_examples
-        if examples > most:
-            log(f"held-out loss over {most:,} of {examples:,} held-out examples (a seeded "
-                f"draw; --eval-max-examples)")
-        return batches.eval_rows(examples, most, self.cfg.seed)
+    @property
+    def tokenizer(self):
+        """The data's tokenizer (None for synthetic data), loaded when first asked for."""
+        return self.data.tokenizer
 
     def check_memory(self) -> None:
         """Refuse, before anything is allocated, a model the host cannot hold, by the step
@@ -418,7 +383,7 @@ class _Pass:
         recipe.writer.write(Start(
             config_label=self.label, config=config,
             run_id=cfg.run_id, versions=provenance.versions(),
-            git=provenance.git_commit(), host=platform.node()))
+            git=provenance.git_commit(), host=platform.node(), data=recipe.data.stats))
         recipe.event("placement", placement.describe())
         for b in recipe.backends:
             if b.picked:  # furiosa:auto: which card, and why not the ones before it

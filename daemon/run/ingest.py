@@ -84,6 +84,10 @@ class Ingest:
             self.store.add_pass(run_id, parsed)
             self.store.update_run(run_id, versions=parsed.versions, git=parsed.git,
                                   host=parsed.host)
+            if parsed.data:  # the data as the pass reads it: its padding, what was cut
+                self.store.add_event_once(
+                    run_id, "data", f"{parsed.config_label}: {records.describe_data(parsed.data)}",
+                    data=parsed.data, when=parsed.time)
         elif isinstance(parsed, records.Event):
             self.store.add_event_once(run_id, parsed.event, parsed.message,
                                       data=parsed.data or None, when=parsed.time)

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from daemon.errors import BadInput
-from trainer import datafile, modelconfig, records
+from trainer import datafile, datatable, modelconfig, records
 from trainer.config import default_baseline_steps
 from trainer.errors import UsageError
 from trainer.ownership import unusable_output
@@ -29,6 +29,7 @@ DEFAULTS = {
     "interleave": None,  # None: INTERLEAVE_BLOCK on cpu, 0 on cards (see interleave_default)
     "model": "tiny-llama",
     "data": "synthetic",
+    "pack": False,  # several examples a row (the trainer's --pack)
     "seq_len": 512,
     "accum": 4,
     "lr": 1e-5,
@@ -99,22 +100,27 @@ def _check_model(model: str) -> tuple[str, modelconfig.Architecture]:
 
 
 def _check_data(data: str, option: str = "--data", max_bytes: int | None = None) -> str:
-    """The data as the trainer will be given it; a file is read through as the trainer
-    reads it (trainer/datafile.py: its size, its lines, UTF-8) and refused in its words."""
-    if data == "synthetic":
-        return data
-    kind, sep, rest = data.partition(":")
-    if sep and kind in ("nsmc", "jsonl"):
-        path = Path(rest).expanduser()
-    elif data.endswith(".jsonl"):
-        kind, path = "jsonl", Path(data).expanduser()
-    else:
-        raise BadInput(f"{option} {data!r}: use synthetic, nsmc:PATH, jsonl:PATH or a .jsonl "
-                       f"file")
+    """The data as the trainer will be given it; a file or a table is read through as the
+    trainer reads it (trainer/datafile.py: its size, its lines, UTF-8; trainer/datatable.py:
+    a Parquet file or a datasets folder) and refused in its words."""
     try:
-        if not path.is_file():
+        kind, path = datafile.named(data)
+    except UsageError:
+        raise BadInput(f"{option} {data!r}: use {datafile.SPEC_FORMS}") from None
+    if path is None:
+        return data
+    max_bytes = max_bytes or datafile.MAX_DATA_BYTES
+    try:
+        if kind == datatable.DATASETS:
+            if not path.is_dir():
+                raise BadInput(f"{option} {data!r}: no folder at {path}")
+            datatable.check(path, max_bytes=max_bytes, option=option, kind=kind)
+        elif not path.is_file():
             raise BadInput(f"{option} {data!r}: no file at {path}")
-        datafile.check(path, max_bytes=max_bytes or datafile.MAX_DATA_BYTES, option=option)
+        elif kind == datatable.PARQUET:
+            datatable.check(path, max_bytes=max_bytes, option=option, kind=kind)
+        else:
+            datafile.check(path, max_bytes=max_bytes, option=option)
     except OSError as exc:  # a folder above it that this user cannot search
         raise BadInput(f"{option} {data!r}: {exc.strerror}") from None
     except UsageError as exc:
@@ -276,6 +282,8 @@ def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
         "--data", c["data"],
         "--seed", str(c["seed"]),
     ]
+    if c.get("pack"):
+        argv += ["--pack"]
     if c.get("baseline"):
         argv += ["--baseline", "--baseline-steps", str(baseline_steps(c))]
         if c.get("interleave"):
@@ -310,7 +318,7 @@ def trainer_argv(run: dict, *, log_path: str | None, python: str | None,
 #: The type of every config key a user may set, as submit's options have them.
 SETTABLE = {
     "cards": int, "resident": int, "steps": int, "baseline": bool, "baseline_steps": int,
-    "model": str, "data": str, "seq_len": int, "accum": int, "lr": float, "seed": int,
+    "model": str, "data": str, "pack": bool, "seq_len": int, "accum": int, "lr": float, "seed": int,
     "lora": int, "backend": str, "image": str, "deadline": int, "precompile": bool, "name": str,
     "interleave": int, "node": str, "out": str, "checkpoint_every": int,
     "keep_checkpoints": int, "merge": bool, "eval_data": str, "eval_split": float,

@@ -57,7 +57,13 @@ class CardsParam(click.ParamType):
                    "steps, so host drift hits both (0: one after the other; default 2 on cpu, "
                    "0 on cards).")
 @click.option("--model", help="tiny-llama, tiny-qwen2, llama-3.1-8b-mini, or a model folder.")
-@click.option("--data", help="synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file.")
+@click.option("--data", help="synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file, "
+                             "parquet:PATH or a .parquet file, datasets:DIR or a folder "
+                             "datasets wrote: messages (the model's chat template), ShareGPT, "
+                             "Alpaca, prompt/response or text.")
+@click.option("--pack", is_flag=True, default=None,
+              help="Fill each --seq-len row with several examples, each attending only to "
+                   "itself (default: one example a row, padded).")
 @click.option("--seq-len", type=int, help="Sequence length (default 512).")
 @click.option("--accum", type=int, help="Gradient accumulation steps (default 4).")
 @click.option("--lr", type=float, help="Peak learning rate (default 1e-5).")

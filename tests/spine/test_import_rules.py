@@ -99,7 +99,7 @@ def test_the_sql_rule_sees_a_query_written_outside_the_store(tmp_path):
 # them, the trainer runs on them.
 SHARED = {"trainer.records", "trainer.placement", "trainer.config", "trainer.devices",
           "trainer.errors", "trainer.ownership", "trainer.modelconfig", "trainer.footprint",
-          "trainer.datafile"}
+          "trainer.datafile", "trainer.datatable"}
 
 
 def module_name(path: Path) -> str:

@@ -348,7 +348,7 @@ def test_packed_rows_give_the_micro_batches_a_padded_encoding_gives():
             return {"input_ids": [[3 + ord(c) % 50 for c in t] for t in texts]}
 
     examples = [batches.Example("prompt " * n, "answer" * (n % 3)) for n in range(1, 30)]
-    packed = batches.pack(examples, Tok(), 24)
+    packed = batches.encode_examples(examples, Tok(), 24)
     ids, labels = packed.dense(torch.arange(len(packed)))
     for i, e in enumerate(examples):  # one row each: [bos] prompt answer eos, cut to fit
         a = Tok()([e.answer], False)["input_ids"][0] + [2]

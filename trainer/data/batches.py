@@ -1,18 +1,27 @@
-"""Data: NSMC TSV, JSONL, or synthetic sequences, as fixed-shape micro-batches.
+"""Data: NSMC TSV, JSONL, tables, or synthetic sequences, as fixed-shape micro-batches.
 
 Every micro-batch is ``[micro_batch, seq_len]`` (static shapes, so a compiled
 device graph is reused): right-padded, with ``attention_mask`` and ``labels``
 (-100 where no loss is taken: the prompt and the padding). Labels are not
-shifted; the model's loss function shifts them.
+shifted; the model's loss function shifts them. With ``--pack`` a row holds several
+examples (trainer/data/packing.py) and the micro-batch says where each begins.
 
 - ``nsmc:PATH``: the NSMC TSV (``id<TAB>document<TAB>label``, header line).
   Each review becomes a Korean prompt and a one-word answer; the loss is on
   the answer (and the end token) only.
-- ``jsonl:PATH`` or ``PATH.jsonl``: one object a line, with ``prompt`` and
-  ``response`` (loss on the response) or ``text`` (loss on all of it).
+- ``jsonl:PATH`` or ``PATH.jsonl``: one object a line; ``parquet:PATH`` or ``PATH.parquet``,
+  ``datasets:DIR`` or a folder (trainer/datatable.py): one a row. Each is a chat
+  (``messages``, ShareGPT, Alpaca: rendered with the model's chat template, the loss on the
+  assistant's turns, trainer/data/chat.py), ``prompt`` and ``response`` (loss on the
+  response) or ``text`` (loss on all of it): trainer/data/formats.py.
 - ``synthetic``: sequences from a fixed random Markov chain in which every
   token has four possible successors, so the loss falls from ln(vocab)
   towards ln(4) as the model learns the chain. No tokenizer needed.
+
+**Too long for ``--seq-len``** (each counted, ``Fitted``): a prompt and response keeps its
+answer and end token (cut at its end only if they alone do not fit) and loses the prompt's
+beginning; a chat follows trainer/data/chat.py's rule (earlier turns dropped, then the last
+answer cut at its end, else the example left out).
 
 The order of examples comes from ``--seed``: a fresh permutation each epoch.
 
@@ -33,7 +42,8 @@ from pathlib import Path
 
 import torch
 
-from trainer import datafile
+from trainer import datafile, datatable
+from trainer.data.formats import Conversation, Example, example_of
 from trainer.datafile import MAX_DATA_BYTES
 from trainer.errors import UsageError
 from trainer.modelconfig import MAX_TRAINED_VOCAB
@@ -46,22 +56,25 @@ NSMC_PROMPT = "다음 영화 리뷰의 감정은?\n리뷰: {review}\n감정:"
 NSMC_ANSWERS = {0: " 부정", 1: " 긍정"}
 
 
-@dataclass(frozen=True)
-class Example:
-    prompt: str  # no loss on these tokens ("" for plain text)
-    answer: str  # loss on these tokens
+__all__ = ["Conversation", "Example"]  # formats' classes, read here by the data's users
 
 
 @dataclass
 class Source:
     """What ``--data`` names, read into memory."""
 
-    kind: str  # "synthetic" | "nsmc" | "jsonl"
+    kind: str  # "synthetic" | "nsmc" | "jsonl" | "parquet" | "datasets"
     path: Path | None
-    examples: list[Example]
+    examples: list[Example] | list[Conversation]
+
+    @property
+    def chats(self) -> bool:
+        """Its examples are chats (one form a source: ``read_records``)."""
+        return bool(self.examples) and isinstance(self.examples[0], Conversation)
 
     def texts(self) -> list[str]:
-        return [e.prompt + e.answer for e in self.examples]
+        return [e.text() if isinstance(e, Conversation) else e.prompt + e.answer
+                for e in self.examples]
 
     def sample(self, rows: torch.Tensor) -> Source:
         """The same source with only these examples, in this order."""
@@ -73,6 +86,14 @@ class MicroBatch:
     input_ids: torch.Tensor  # [B, S] int64
     attention_mask: torch.Tensor  # [B, S] int64
     labels: torch.Tensor  # [B, S] int64, -100 = no loss
+    #: Packed rows (``--pack``): each position's place in its own example, from 0 at each
+    #: example's start (the rotary positions), and which example of the row it holds (1, 2,
+    #: ...; 0 the padding after the last), so attention stays within it. None: one example
+    #: a row, at positions 0..S-1.
+    position_ids: torch.Tensor | None = None  # [B, S] int64
+    segments: torch.Tensor | None = None  # [B, S] int64
+    #: Positions that hold an example's token (not padding); None: every position.
+    real_tokens: int | None = None
 
     @property
     def label_tokens(self) -> int:
@@ -81,31 +102,26 @@ class MicroBatch:
 
     @property
     def tokens(self) -> int:
+        """The real (non-padding) tokens: what tok/s counts."""
+        return self.input_ids.numel() if self.real_tokens is None else self.real_tokens
+
+    @property
+    def positions(self) -> int:
+        """Every position, padding included: what the device computes."""
         return self.input_ids.numel()
 
 
 def open_source(spec: str, max_bytes: int = MAX_DATA_BYTES, option: str = "--data") -> Source:
     """What ``spec`` names, read within ``max_bytes`` (UsageError, one line, otherwise)."""
-    if spec == "synthetic":
+    kind, path = datafile.named(spec)
+    if kind == "synthetic":
         return Source("synthetic", None, [])
-    if spec.startswith("nsmc:"):
-        path = Path(spec[5:]).expanduser()
+    if kind == "nsmc":
         return Source("nsmc", path, read_nsmc(path, max_bytes, option))
-    if spec.startswith("jsonl:") or spec.endswith(".jsonl"):
-        path = Path(spec.removeprefix("jsonl:")).expanduser()
+    if kind == "jsonl":
         return Source("jsonl", path, read_jsonl(path, max_bytes, option))
-    raise UsageError(f"unknown data {spec!r}: give synthetic, nsmc:PATH, jsonl:PATH or a .jsonl file")
-
-
-def open_eval_source(spec: str | None, max_bytes: int, training: Source) -> Source | None:
-    """What ``--eval-data`` names (None: nothing), of the training data's kind."""
-    if spec is None:
-        return None
-    source = open_source(spec, max_bytes, "--eval-data")
-    if (source.kind == "synthetic") != (training.kind == "synthetic"):
-        raise UsageError(f"--eval-data {spec}: synthetic held-out data goes with synthetic "
-                         f"training data only, text with text")
-    return source
+    rows = datatable.rows(path, max_bytes=max_bytes, option=option, kind=kind)
+    return Source(kind, path, read_records(rows, path))
 
 
 def read_nsmc(path: Path, max_bytes: int = MAX_DATA_BYTES, option: str = "--data"
@@ -131,25 +147,38 @@ def read_nsmc_lines(lines) -> list[Example]:
 
 
 def read_jsonl(path: Path, max_bytes: int = MAX_DATA_BYTES, option: str = "--data"
-               ) -> list[Example]:
-    examples = []
+               ) -> list[Example] | list[Conversation]:
+    return read_records(_json_lines(path, max_bytes, option), path)
+
+
+def _json_lines(path: Path, max_bytes: int, option: str):
     for n, line in datafile.lines(path, max_bytes=max_bytes, option=option):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            yield f"{path}:{n}", json.loads(line)
         except (ValueError, RecursionError):
             raise UsageError(f"{path}:{n}: not JSON") from None
-        if isinstance(obj, dict) and isinstance(obj.get("prompt"), str) \
-                and isinstance(obj.get("response"), str):
-            examples.append(Example(obj["prompt"], obj["response"]))
-        elif isinstance(obj, dict) and isinstance(obj.get("text"), str):
-            examples.append(Example("", obj["text"]))
-        else:
-            raise UsageError(f"{path}:{n}: needs \"prompt\" and \"response\", or \"text\"")
+
+
+def read_records(records, path: Path) -> list[Example] | list[Conversation]:
+    """The example each (where, object) of ``records`` holds (formats.py), all of one kind:
+    chats, or prompts and texts (UsageError naming the first that differs)."""
+    examples = []
+    for where, obj in records:
+        example = example_of(obj, where)
+        if examples and isinstance(example, Conversation) != isinstance(examples[0],
+                                                                        Conversation):
+            raise UsageError(f"{where}: a {_form(example)} after {_form(examples[0])}s: "
+                             "one form a data set (chats, or prompts and texts)")
+        examples.append(example)
     if not examples:
         raise UsageError(f"no examples in {path}")
     return examples
+
+
+def _form(example) -> str:
+    return "chat" if isinstance(example, Conversation) else "prompt or text"
 
 
 # === Encoding ================================================================
@@ -160,57 +189,86 @@ def read_jsonl(path: Path, max_bytes: int = MAX_DATA_BYTES, option: str = "--dat
 ENCODE_CHUNK = 1024
 
 
+@dataclass
+class Fitted:
+    """How many examples longer than ``--seq-len`` were made to fit, and how (the start
+    record's ``data``): never one left out or cut without being counted here."""
+
+    prompt_cut: int = 0  # a prompt and response: the prompt's beginning cut
+    turns_dropped: int = 0  # a chat: its earliest turns dropped, the system prompt kept
+    answer_cut: int = 0  # the (last) answer cut at its end: its end token lost
+    skipped: int = 0  # not one answer token fits: left out
+
+    @property
+    def total(self) -> int:
+        return self.prompt_cut + self.turns_dropped + self.answer_cut + self.skipped
+
+
 @dataclass(frozen=True)
 class Encoded:
     """Examples as rows of tokens, packed end to end in one buffer.
 
     Row ``i`` is ``tokens[starts[i]:starts[i + 1]]`` (at most ``seq_len`` tokens) and its
-    loss is on its tokens from ``label_from[i]`` on. ``micro_batch`` pads the rows it is
-    asked for to ``[B, seq_len]`` when they are used, so the set costs its tokens' 4 bytes
-    each, not 16 bytes for every position of every padded row.
+    loss is on the tokens ``trained`` marks. ``micro_batch`` pads the rows it is asked for
+    to ``[B, seq_len]`` when they are used, so the set costs its tokens' 5 bytes each, not
+    16 bytes for every position of every padded row.
     """
 
     tokens: torch.Tensor  # [T] int32
     starts: torch.Tensor  # [N + 1] int64
-    label_from: torch.Tensor  # [N] int64
+    trained: torch.Tensor  # [T] bool: the loss is on this token
     seq_len: int
     pad_id: int
 
     def __len__(self) -> int:
-        return self.label_from.shape[0]
+        return self.starts.shape[0] - 1
 
     @classmethod
     def full_rows(cls, ids: torch.Tensor, pad_id: int) -> Encoded:
         """Rows of ``seq_len`` tokens each with the loss on all of them (synthetic data)."""
         n, seq_len = ids.shape
         return cls(ids.reshape(-1).to(torch.int32), torch.arange(n + 1) * seq_len,
-                   torch.zeros(n, dtype=torch.long), seq_len, pad_id)
+                   torch.ones(n * seq_len, dtype=torch.bool), seq_len, pad_id)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.starts[1:] - self.starts[:-1]
 
     def __getitem__(self, rows: torch.Tensor) -> Encoded:
         """These rows (a 1-D index tensor), in this order, packed anew."""
-        lengths = (self.starts[1:] - self.starts[:-1])[rows]
+        lengths = self.lengths[rows]
         starts = torch.zeros(len(rows) + 1, dtype=torch.long)
         starts[1:] = lengths.cumsum(0)
         offsets = torch.arange(int(starts[-1])) - starts[:-1].repeat_interleave(lengths)
         picked = self.starts[:-1][rows].repeat_interleave(lengths) + offsets
-        return Encoded(self.tokens[picked], starts, self.label_from[rows], self.seq_len,
+        return Encoded(self.tokens[picked], starts, self.trained[picked], self.seq_len,
                        self.pad_id)
 
     @property
     def label_tokens(self) -> int:
-        """Positions that carry loss once the labels are shifted by one (``MicroBatch``'s)."""
-        lengths = self.starts[1:] - self.starts[:-1]
-        return int((lengths - self.label_from.clamp(min=1)).clamp(min=0).sum())
+        """Positions that carry loss once the labels are shifted by one (``MicroBatch``'s):
+        the trained tokens less each row's first (nothing before it predicts it)."""
+        firsts = self.starts[:-1][self.lengths > 0]
+        return int(self.trained.sum()) - int(self.trained[firsts].sum())
+
+    @property
+    def real_tokens(self) -> int:
+        return int(self.starts[-1])
+
+    def row(self, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row ``r``'s token ids (int64) and labels (-100 where no loss is taken)."""
+        lo, hi = int(self.starts[r]), int(self.starts[r + 1])
+        ids = self.tokens[lo:hi].long()
+        return ids, torch.where(self.trained[lo:hi], ids, -100)
 
     def dense(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids and labels of these rows, ``[len(rows), seq_len]``, right-padded."""
         ids = torch.full((len(rows), self.seq_len), self.pad_id, dtype=torch.long)
         labels = torch.full((len(rows), self.seq_len), -100, dtype=torch.long)
         for i, r in enumerate(rows.tolist()):
-            row = self.tokens[self.starts[r]: self.starts[r + 1]].long()
-            first = int(self.label_from[r])
+            row, lab = self.row(r)
             ids[i, : len(row)] = row
-            labels[i, first: len(row)] = row[first:]
+            labels[i, : len(row)] = lab
         return ids, labels
 
     def micro_batch(self, rows: torch.Tensor, no_loss: int = 0) -> MicroBatch:
@@ -222,27 +280,35 @@ class Encoded:
         real = (labels != -100) | (ids != self.pad_id)
         last = torch.where(real, torch.arange(ids.shape[1]), -1).max(dim=1).values
         mask = (torch.arange(ids.shape[1])[None, :] <= last[:, None]).long()
-        return MicroBatch(ids, mask, labels)
+        return MicroBatch(ids, mask, labels, real_tokens=int(self.lengths[rows].sum()))
 
 
-def pack(examples: list[Example], tokenizer, seq_len: int) -> Encoded:
-    """Every example as one row: ``[bos] prompt answer eos``, the prompt cut from the left
-    to fit ``seq_len``, the loss on the answer and the end token; tokenized a chunk at a time."""
+def encode_examples(examples: list[Example], tokenizer, seq_len: int,
+                    fitted: Fitted | None = None) -> Encoded:
+    """Every example as one row: ``[bos] prompt answer eos``, the loss on the answer and the
+    end token; too long, the prompt is cut from the left (the answer cut at its end only when
+    it alone does not fit), counted in ``fitted``. Tokenized a chunk at a time."""
     bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
     head = [bos] if bos is not None else []
-    tokens, starts, label_from = array("i"), array("q", [0]), array("q")
+    fitted = fitted if fitted is not None else Fitted()
+    tokens, starts, trained = array("i"), array("q", [0]), array("b")
     for lo in range(0, len(examples), ENCODE_CHUNK):
         chunk = examples[lo: lo + ENCODE_CHUNK]
         prompts = tokenizer([e.prompt for e in chunk], add_special_tokens=False)["input_ids"]
         answers = tokenizer([e.answer for e in chunk], add_special_tokens=False)["input_ids"]
         for p, a in zip(prompts, answers):
-            a = (a + [eos])[: seq_len - len(head) - 1]
-            p = p[max(0, len(p) - (seq_len - len(head) - len(a))):]
-            label_from.append(len(head) + len(p))
-            tokens.extend(head + p + a)
+            whole = a + [eos]
+            a = whole[: seq_len - len(head) - 1]
+            kept = p[max(0, len(p) - (seq_len - len(head) - len(a))):]
+            if len(a) < len(whole):
+                fitted.answer_cut += 1
+            elif len(kept) < len(p):
+                fitted.prompt_cut += 1
+            tokens.extend(head + kept + a)
+            trained.extend([0] * (len(head) + len(kept)) + [1] * len(a))
             starts.append(len(tokens))
     return Encoded(_tensor(tokens, torch.int32), _tensor(starts, torch.long),
-                   _tensor(label_from, torch.long), seq_len, pad)
+                   _tensor(trained, torch.int8).bool(), seq_len, pad)
 
 
 def _tensor(values: array, dtype: torch.dtype) -> torch.Tensor:
@@ -252,8 +318,8 @@ def _tensor(values: array, dtype: torch.dtype) -> torch.Tensor:
 
 def encode(examples: list[Example], tokenizer, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids and labels, ``[N, seq_len]``, right-padded; the prompt is cut from the left."""
-    packed = pack(examples, tokenizer, seq_len)
-    return packed.dense(torch.arange(len(packed)))
+    rows = encode_examples(examples, tokenizer, seq_len)
+    return rows.dense(torch.arange(len(rows)))
 
 
 def synthetic(seq_len: int, vocab: int, seed: int, count: int = SYNTHETIC_POOL,
@@ -280,7 +346,8 @@ class Batches:
 
     def __init__(self, encoded: Encoded, micro_batch: int, seed: int):
         if len(encoded) < micro_batch:
-            raise UsageError(f"only {len(encoded)} examples for micro-batches of {micro_batch}")
+            raise UsageError(f"only {len(encoded)} rows (examples, or packed rows with --pack) "
+                             f"for micro-batches of {micro_batch}")
         self.encoded = encoded
         self.micro_batch, self.seed = micro_batch, seed
 
@@ -310,13 +377,15 @@ def make_batches(source: Source, tokenizer, seq_len: int, micro_batch: int, seed
 
 
 def encoded(source: Source, tokenizer, seq_len: int, seed: int, vocab: int,
-            draw: int | None = None) -> Encoded:
-    """Every example of ``source``, one row each (``draw``: see synthetic)."""
+            draw: int | None = None, fitted: Fitted | None = None) -> Encoded:
+    """Every example of ``source`` (synthetic, or prompts and texts: chats are
+    trainer/data/chat.py's), one row each (``draw``: see synthetic); how the long ones were
+    made to fit is counted in ``fitted``."""
     if source.kind == "synthetic":
         ids, _ = synthetic(seq_len, vocab, seed, count=SYNTHETIC_EVAL if draw is not None
                            else SYNTHETIC_POOL, draw=draw)
         return Encoded.full_rows(ids, pad_id=-1)
-    return pack(source.examples, tokenizer, seq_len)
+    return encode_examples(source.examples, tokenizer, seq_len, fitted)
 
 
 # === Held-out data ===========================================================
@@ -358,10 +427,6 @@ class EvalSet:
 
     def __init__(self, encoded: Encoded, micro_batch: int):
         self.encoded, self.micro_batch = encoded, micro_batch
-
-    @property
-    def examples(self) -> int:
-        return len(self.encoded)
 
     @property
     def label_tokens(self) -> int:

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from trainer.errors import UsageError
+from trainer.ownership import NotOurs
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 TRAINER_VERSION = 1  # bump when the training recipe below changes
@@ -22,6 +23,26 @@ TRAINER_VERSION = 1  # bump when the training recipe below changes
 def default_cache_dir() -> Path:
     env = os.environ.get("RNGDCTL_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "rngdctl"
+
+
+#: The files of a model folder that make its tokenizer (its chat template among them).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                   "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+                   "chat_template.json", "vocab.json", "merges.txt", "vocab.txt")
+
+
+def files_digest(folder: Path) -> str:
+    """A sha256 over the tokenizer files of a model folder (each named), for a cache key."""
+    from trainer.output.weights import file_digest
+
+    lines = []
+    for name in TOKENIZER_FILES:
+        if (folder / name).exists():
+            try:
+                lines.append(f"{name} {file_digest(folder / name, follow_symlinks=True)}\n")
+            except NotOurs as exc:
+                raise UsageError(f"--model {folder}: {exc}") from None
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 def from_folder(folder: Path):
@@ -38,22 +59,38 @@ def from_folder(folder: Path):
     return tok
 
 
-def trained(texts: list[str], vocab_size: int, cache_dir: Path):
-    """A byte-level BPE over ``texts``, loaded from the cache when it was made before."""
-    from transformers import PreTrainedTokenizerFast
-
+def trained_name(texts: list[str], vocab_size: int) -> str:
+    """The cache folder's name of the tokenizer ``trained`` makes of ``texts``."""
     digest = hashlib.sha256()
     digest.update(f"v{TRAINER_VERSION} vocab={vocab_size}\n".encode())
     for t in texts:
         digest.update(t.encode("utf-8"))
         digest.update(b"\n")
-    folder = cache_dir / "tokenizers" / digest.hexdigest()[:16]
+    return digest.hexdigest()[:16]
+
+
+def cached(name: str, cache_dir: Path):
+    """The trained tokenizer cached as ``name`` (``trained_name``), or None."""
+    from transformers import PreTrainedTokenizerFast
+
+    folder = cache_dir / "tokenizers" / name
     try:
         if (folder / "tokenizer.json").exists():
             return PreTrainedTokenizerFast.from_pretrained(folder)
     except OSError as exc:
         raise UsageError(f"tokenizer cache {cache_dir}: {exc.strerror or _first_line(exc)} "
                          "(give --cache-dir a folder of your own)") from None
+    return None
+
+
+def trained(texts: list[str], vocab_size: int, cache_dir: Path):
+    """A byte-level BPE over ``texts``, loaded from the cache when it was made before."""
+    from transformers import PreTrainedTokenizerFast
+
+    folder = cache_dir / "tokenizers" / trained_name(texts, vocab_size)
+    found = cached(folder.name, cache_dir)
+    if found is not None:
+        return found
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 

@@ -42,6 +42,7 @@ from torch import nn
 
 from trainer import models
 from trainer.backends.kinds import Backend
+from trainer.data import packing
 from trainer.data.batches import MicroBatch
 from trainer.engine import optim
 from trainer.errors import DeviceOutOfMemory, UsageError
@@ -333,21 +334,28 @@ class LayerEngine:
 
         p, first = self.placement, self.backends[0]
         ids = first.to_device(mb.input_ids)
-        pos = torch.arange(ids.shape[1], device=first.device)[None, :]
+        # Packed rows (--pack): positions restart at each example, which attends to itself.
+        pos = (first.to_device(mb.position_ids) if mb.position_ids is not None
+               else torch.arange(ids.shape[1], device=first.device)[None, :])
         self.where = "forward of the embedding"
         embedded = self.embed(ids)
+        packed = (packing.attention_masks(mb, self.config, embedded.dtype)
+                  if mb.segments is not None else None)
 
         # Rotary (cos, sin) and the causal masks, once per card.
         ctx = []
         for c, b in enumerate(self.backends):
             h_c = embedded.detach().to(b.device)
             pos_c = pos.to(b.device)
-            am = mb.attention_mask.to(b.device)
-            kw = {"config": self.config, "inputs_embeds": h_c, "attention_mask": am, "cache": None,
-                      "position_ids": pos_c}
-            masks = {"full_attention": create_causal_mask(**kw)}
-            if getattr(self.model.model, "has_sliding_layers", False):
-                masks["sliding_attention"] = create_sliding_window_causal_mask(**kw)
+            if packed is not None:  # made on the host, copied
+                masks = {kind: m.to(b.device) for kind, m in packed.items()}
+            else:
+                am = mb.attention_mask.to(b.device)
+                kw = {"config": self.config, "inputs_embeds": h_c, "attention_mask": am,
+                      "cache": None, "position_ids": pos_c}
+                masks = {"full_attention": create_causal_mask(**kw)}
+                if getattr(self.model.model, "has_sliding_layers", False):
+                    masks["sliding_attention"] = create_sliding_window_causal_mask(**kw)
             ctx.append((pos_c, masks, self.rotary[c](h_c, position_ids=pos_c)))
 
         layer_types = getattr(self.config, "layer_types", None)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from trainer import models
+from trainer.data import packing
 from trainer.data.batches import MicroBatch
 from trainer.engine import optim
 
@@ -39,8 +40,8 @@ class PlainLoop:
         total = None
         for mb in batches:
             out = self.model(input_ids=mb.input_ids.to(self.device),
-                             attention_mask=mb.attention_mask.to(self.device),
-                             labels=mb.labels.to(self.device), num_items_in_batch=label_tokens)
+                             labels=mb.labels.to(self.device), num_items_in_batch=label_tokens,
+                             **self._attention(mb))
             out.loss.backward()
             total = out.loss.detach() if total is None else total + out.loss.detach()
         torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
@@ -48,3 +49,13 @@ class PlainLoop:
         self.opt.step()
         loss = float(total)
         return loss, time.perf_counter() - t0
+
+    def _attention(self, mb: MicroBatch) -> dict:
+        """The mask (and, packed, the positions) of ``mb`` as the model's forward takes them."""
+        if mb.segments is None:
+            return {"attention_mask": mb.attention_mask.to(self.device)}
+        masks = {kind: m.to(self.device) for kind, m in
+                 packing.attention_masks(mb, self.model.config, torch.float32).items()}
+        # A model with sliding layers takes its masks by layer type; Llama takes the one.
+        return {"position_ids": mb.position_ids.to(self.device),
+                "attention_mask": masks if len(masks) > 1 else masks["full_attention"]}

@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from trainer import ownership, records
-from trainer.config import RESUME_KEYS
+from trainer import datafile, ownership, records
+from trainer.config import RESUME_DEFAULTS, RESUME_KEYS
 from trainer.engine.timing import interleaved_order
 from trainer.errors import Preempted, TrainerError, UsageError
 from trainer.output import checkpoint, weights
@@ -38,9 +38,9 @@ def fingerprint(cfg) -> dict:
     if model_config.is_file():
         out["files"]["model config.json"] = _digest(model_config)
     for key in ("data", "eval_data"):
-        path = _data_path(values[key])
-        if path is not None and path.is_file():
-            out["files"][key] = _digest(path)
+        digest = _data_digest(values[key], cfg.max_data_bytes, f"--{key.replace('_', '-')}")
+        if digest is not None:
+            out["files"][key] = digest
     return out
 
 
@@ -52,18 +52,25 @@ def _digest(path: Path) -> str:
         raise UsageError(str(exc)) from None
 
 
-def _data_path(spec: str | None) -> Path | None:
-    if not spec or spec == "synthetic":
+def _data_digest(spec: str | None, max_bytes: int, option: str) -> str | None:
+    """The sha256 of the data a spec names (a file's, or a datasets folder's files', as the
+    encoded data's cache names it); None for synthetic data or a spec that names nothing
+    there (the data's reading says why)."""
+    from trainer.data import cache
+
+    kind, path = datafile.named(spec) if spec else ("synthetic", None)
+    if path is None or not os.path.exists(path):
         return None
-    return Path(spec.split(":", 1)[1] if spec.startswith(("nsmc:", "jsonl:")) else spec)
+    return cache.digest(kind, path, max_bytes=max_bytes, option=option)
 
 
 def differences(theirs: dict, ours: dict) -> list[str]:
     """``key: X there, Y here`` for each fingerprint entry that differs."""
     out = []
     for key in RESUME_KEYS:
-        if theirs.get(key) != ours.get(key):
-            out.append(f"{key}: {theirs.get(key)!r} there, {ours.get(key)!r} here")
+        there = theirs.get(key, RESUME_DEFAULTS.get(key))
+        if there != ours.get(key):
+            out.append(f"{key}: {there!r} there, {ours.get(key)!r} here")
     for name in sorted(set(theirs.get("files", {})) | set(ours.get("files", {}))):
         if theirs.get("files", {}).get(name) != ours.get("files", {}).get(name):
             out.append(f"{name}: other bytes")
