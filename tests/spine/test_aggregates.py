@@ -374,6 +374,8 @@ def test_a_store_from_before_the_markers_is_read_right_and_marked_at_its_next_st
     conn = sqlite3.connect(path)  # as version 10 left it: no absent counts, no markers
     conn.executescript("DROP TABLE steady_absent; DROP TABLE order_markers; DROP TABLE pass_state;"
                        " DROP TABLE evals; DROP TABLE card_samples;"  # versions 12 and 13
+                       " DROP TABLE tracker_passes; DROP TABLE tracker_runs;"  # version 15
+                       " DROP TABLE trackers;"
                        " UPDATE meta SET value = '10' WHERE key = 'schema_version';")
     conn.close()
     with Store(path) as s:
